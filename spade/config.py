@@ -1,0 +1,281 @@
+"""The config tree every SPADE experiment shares, and its validation.
+
+Config files under `configs/` start from `base_config()` and change what they
+need; `validate()` runs before anything heavy so a bad override is one line
+that names the key, not a traceback an hour into a run.
+
+Sections (each owned by the package of the same name):
+
+  model       sizes and family switches of the shared decoder
+  checkpoint  where the initial weights come from
+  tokenizer   bytes / gemma SentencePiece / qwen byte-level BPE
+  mesh        device mesh shape and the logical-axis rule table
+  sampling    defaults for the compiled sampler
+  sandbox     backend and pool of the environment sandboxes
+  designer    environment designer: prompts, sampling, validation
+  agent       rollouts: episodes with and without hint, turns
+  regret      estimator and designer reward
+  optim       the shared update (GRPO/PPO clipping, KL, delays)
+  train       loop length, checkpoints, warm start, baseline mode
+  memory      environment archive, duplicates, replay
+  grounding   document sources for the designer
+  eval        held-out suites run in-loop
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+ConfigDict = ml_collections.ConfigDict
+
+
+def base_config() -> ConfigDict:
+  """Returns the full default config; files under `configs/` override it."""
+  c = ConfigDict()
+  c.seed = 0
+  c.num_iterations = 2
+
+  c.model = ConfigDict()
+  c.model.family = "gemma3"  # "gemma3" | "qwen2"
+  c.model.vocab_size = 256 + 3  # bytes + pad/bos/eos
+  c.model.embed_dim = 64
+  c.model.num_layers = 2
+  c.model.num_heads = 4
+  c.model.num_kv_heads = 2
+  c.model.head_dim = 16
+  c.model.mlp_dim = 128
+  c.model.sliding_window = 0  # 0: every layer global
+  c.model.global_every = 6  # every Nth layer is global (Gemma 3: 6)
+  c.model.rope_local_base = 10_000.0
+  c.model.rope_global_base = 1_000_000.0
+  c.model.query_scale = 0.0  # 0: 1/sqrt(head_dim)
+  c.model.qk_norm = True
+  c.model.qkv_bias = False
+  c.model.mlp_activation = "gelu"  # "gelu" (GeGLU) | "silu" (SwiGLU)
+  c.model.tie_embeddings = True
+  c.model.scale_embeddings = True  # Gemma multiplies by sqrt(embed_dim)
+  c.model.norm_eps = 1e-6
+  c.model.max_len = 1024
+  c.model.dtype = "float32"
+  c.model.param_dtype = "float32"
+
+  c.checkpoint = ConfigDict()
+  c.checkpoint.kind = "scratch"  # "scratch" | "gemma3_gguf" | "qwen2_gguf"
+  c.checkpoint.path = ""  # empty: found automatically for the GGUF kinds
+
+  c.tokenizer = ConfigDict()
+  c.tokenizer.kind = "bytes"  # "bytes" | "gemma_sp" | "qwen_bpe"
+
+  c.mesh = ConfigDict()
+  c.mesh.data = -1  # -1: all devices not used by the other axes
+  c.mesh.fsdp = 1
+  c.mesh.tensor = 1
+  # Logical axis -> mesh axis (or None). A short table, as in t5x.
+  c.mesh.rules = (
+      ("batch", ("data", "fsdp")),
+      ("vocab", "tensor"),
+      ("embed", "fsdp"),
+      ("heads", "tensor"),
+      ("kv_heads", None),
+      ("head_dim", None),
+      ("mlp", "tensor"),
+      ("length", None),
+      ("layers", None),
+  )
+
+  c.sampling = ConfigDict()
+  c.sampling.temperature = 1.0
+  c.sampling.top_k = 0
+  c.sampling.top_p = 1.0
+
+  c.sandbox = ConfigDict()
+  c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
+  c.sandbox.num_sandboxes = 2
+  c.sandbox.step_timeout_s = 5.0
+  c.sandbox.validate_timeout_s = 30.0
+  c.sandbox.memory_mb = 1024
+
+  c.designer = ConfigDict()
+  c.designer.num_envs = 2
+  c.designer.max_new_tokens = 256
+  c.designer.temperature = 1.0
+  c.designer.hint_temperature = 0.3
+  c.designer.hint_max_new_tokens = 64
+  c.designer.max_prompt_tokens = 512
+  c.designer.use_seed_programs = True  # tiny: fall back to seed programs
+
+  c.agent = ConfigDict()
+  c.agent.episodes_per_env = 2  # K, with and K without hint
+  c.agent.max_turns = 3  # T
+  c.agent.max_new_tokens = 32
+  c.agent.max_context = 768
+  c.agent.temperature = 1.0
+
+  c.regret = ConfigDict()
+  c.regret.estimator = "hint"  # "hint" | "max" | "learnability" | "reference"
+  c.regret.invalid_penalty = -1.0
+
+  c.optim = ConfigDict()
+  c.optim.learning_rate = 1e-5
+  c.optim.clip_low = 0.2
+  c.optim.clip_high = 0.28
+  c.optim.kl_coef = 0.0
+  c.optim.designer_loss_weight = 1.0
+  c.optim.agent_loss_weight = 1.0
+  c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
+  c.optim.max_importance_weight = 2.0
+  c.optim.grad_clip = 1.0
+  c.optim.weight_decay = 0.0
+
+  c.train = ConfigDict()
+  c.train.mode = "spade"  # "spade" | "fixed_pool"
+  c.train.checkpoint_every = 1
+  c.train.keep_checkpoints = 3
+  c.train.warm_start_steps = 0
+  c.train.warm_start_batch = 4
+  c.train.save_programs = True
+
+  c.memory = ConfigDict()
+  c.memory.enabled = True
+  c.memory.capacity = 1000
+  c.memory.duplicate_threshold = 0.85
+  c.memory.num_examples = 2
+  c.memory.replay_fraction = 0.0
+  c.memory.replay_temperature = 1.0
+  c.memory.staleness_coef = 0.3
+
+  c.grounding = ConfigDict()
+  c.grounding.enabled = True
+  c.grounding.source = (
+      "builtin"  # "builtin" | "jsonl" | "text" | "tfds" | "seqio"
+  )
+  c.grounding.path = ""
+  c.grounding.name = ""
+  c.grounding.max_words = 200
+
+  c.eval = ConfigDict()
+  c.eval.every = 0  # 0: no in-loop evaluation
+  c.eval.suites = ()
+  c.eval.num_examples = 8
+  return c
+
+
+# Choices that must be one of a fixed set: dotted key -> allowed values.
+_CHOICES = {
+    "model.family": ("gemma3", "qwen2"),
+    "model.mlp_activation": ("gelu", "silu"),
+    "model.dtype": ("float32", "bfloat16"),
+    "model.param_dtype": ("float32", "bfloat16"),
+    "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf"),
+    "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
+    "sandbox.backend": ("gvisor", "bwrap", "none"),
+    "regret.estimator": ("hint", "max", "learnability", "reference"),
+    "train.mode": ("spade", "fixed_pool"),
+    "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
+}
+
+# Keys that must be strictly positive.
+_POSITIVE = (
+    "model.vocab_size",
+    "model.embed_dim",
+    "model.num_layers",
+    "model.num_heads",
+    "model.num_kv_heads",
+    "model.head_dim",
+    "model.mlp_dim",
+    "model.max_len",
+    "designer.num_envs",
+    "designer.max_new_tokens",
+    "agent.episodes_per_env",
+    "agent.max_turns",
+    "agent.max_new_tokens",
+    "agent.max_context",
+    "sandbox.num_sandboxes",
+    "sandbox.step_timeout_s",
+    "optim.learning_rate",
+)
+
+
+class ConfigError(ValueError):
+  """A config that cannot run; the message names the key."""
+
+
+def _get(config: ConfigDict, dotted: str):
+  node = config
+  for part in dotted.split("."):
+    node = node[part]
+  return node
+
+
+def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
+  """Checks keys, types and combinations; raises `ConfigError` on the first.
+
+  Args:
+    config: the config to check.
+    reference: the tree whose keys and types are allowed; `base_config()` when
+      omitted. A key in `config` that is absent here is an error, so a typo in a
+      config file is caught as surely as one on the command line.
+  """
+  reference = base_config() if reference is None else reference
+  _check_tree(config, reference, prefix="")
+  for key, allowed in _CHOICES.items():
+    value = _get(config, key)
+    if value not in allowed:
+      raise ConfigError(f"config.{key}={value!r} is not one of {allowed}")
+  for key in _POSITIVE:
+    if _get(config, key) <= 0:
+      raise ConfigError(f"config.{key}={_get(config, key)!r} must be > 0")
+  m = config.model
+  if m.num_heads % m.num_kv_heads:
+    raise ConfigError(
+        f"config.model.num_heads={m.num_heads} must be a multiple of "
+        f"config.model.num_kv_heads={m.num_kv_heads}"
+    )
+  if m.sliding_window < 0:
+    raise ConfigError("config.model.sliding_window must be >= 0")
+  if config.tokenizer.kind == "bytes" and m.vocab_size < 259:
+    raise ConfigError(
+        f"config.model.vocab_size={m.vocab_size} is too small for the byte "
+        "tokenizer (needs >= 259)"
+    )
+  for axis in ("data", "fsdp", "tensor"):
+    size = config.mesh[axis]
+    if size == 0 or size < -1:
+      raise ConfigError(f"config.mesh.{axis}={size} must be -1 or >= 1")
+  if config.agent.max_context > m.max_len:
+    raise ConfigError(
+        f"config.agent.max_context={config.agent.max_context} exceeds "
+        f"config.model.max_len={m.max_len}"
+    )
+  if not 0.0 <= config.memory.replay_fraction <= 1.0:
+    raise ConfigError("config.memory.replay_fraction must be in [0, 1]")
+  if config.num_iterations < 0:
+    raise ConfigError("config.num_iterations must be >= 0")
+
+
+def _check_tree(config: ConfigDict, reference: ConfigDict, prefix: str):
+  for key in config.keys():
+    name = prefix + key
+    if key not in reference:
+      raise ConfigError(f"config.{name} is not a known key")
+    value, ref = config[key], reference[key]
+    if isinstance(ref, ConfigDict):
+      if not isinstance(value, ConfigDict):
+        raise ConfigError(f"config.{name} must be a section, got {value!r}")
+      _check_tree(value, ref, name + ".")
+      continue
+    if not _same_type(value, ref):
+      raise ConfigError(
+          f"config.{name}={value!r} has type {type(value).__name__}, "
+          f"expected {type(ref).__name__}"
+      )
+
+
+def _same_type(value, ref) -> bool:
+  if isinstance(ref, bool) or isinstance(value, bool):
+    return isinstance(value, bool) and isinstance(ref, bool)
+  if isinstance(ref, float):
+    return isinstance(value, (int, float))
+  if isinstance(ref, (tuple, list)):
+    return isinstance(value, (tuple, list))
+  return isinstance(value, type(ref))

@@ -1,0 +1,90 @@
+"""Config validation: bad keys, types and combinations are one-line errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spade import config as config_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(
+    f[:-3]
+    for f in os.listdir(os.path.join(ROOT, "configs"))
+    if f.endswith(".py") and not f.startswith("_")
+)
+
+
+def _load(name, arg=None):
+  import importlib.util  # pylint: disable=g-import-not-at-top
+
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(ROOT, "configs", name + ".py")
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_config_validates(name):
+  config_lib.validate(_load(name))
+
+
+def test_unknown_key_rejected():
+  c = _load("tiny")
+  c.model.unlock()
+  c.model.no_such_key = 1
+  with pytest.raises(config_lib.ConfigError, match="model.no_such_key"):
+    config_lib.validate(c)
+
+
+def test_wrong_type_rejected():
+  c = _load("tiny")
+  agent = c.agent.to_dict()
+  agent["max_turns"] = "three"  # ConfigDict types assignments; a file may not
+  c.agent = config_lib.ConfigDict(agent)
+  with pytest.raises(config_lib.ConfigError, match="agent.max_turns"):
+    config_lib.validate(c)
+
+
+def test_impossible_combination_rejected():
+  c = _load("tiny")
+  c.model.num_kv_heads = 3
+  with pytest.raises(config_lib.ConfigError, match="num_kv_heads"):
+    config_lib.validate(c)
+
+
+def test_smoke_variant_is_smaller():
+  assert _load("tiny", "smoke").num_iterations == 1
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("--config.no_such_key=1", "no_such_key"),
+        ("--config.model.num_layers=abc", "num_layers"),
+        ("--config.sandbox.backend=docker", "sandbox.backend"),
+    ],
+)
+def test_cli_one_line_error(override, needle, tmp_path):
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "spade.main",
+          "--config=configs/tiny.py",
+          override,
+          f"--workdir={tmp_path}",
+      ],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      check=False,
+  )
+  assert proc.returncode != 0
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr
+  assert needle in lines[0]
+  assert "Traceback" not in proc.stderr
