@@ -18,6 +18,8 @@ CORE = [
     "tqdm>=4.66,<5",
     # clu's writers need TensorFlow; tensorboardX writes the same event files.
     "tensorboardX>=2.6,<3",
+    # Environment programs may import it (the reference's designer template).
+    "math-verify>=0.9,<0.10",
 ]
 
 EXTRAS = {
