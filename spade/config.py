@@ -112,8 +112,20 @@ def base_config() -> ConfigDict:
   c.agent.temperature = 1.0
 
   c.regret = ConfigDict()
-  c.regret.estimator = "hint"  # "hint" | "max" | "learnability" | "reference"
+  # "hint" | "max" | "learnability" | "lcb" | "reference"
+  c.regret.estimator = "hint"
   c.regret.invalid_penalty = -1.0
+  # "reference": regret_weight * clip(gap / regret_scale, 0, 1)
+  #              + plateau_weight * plateau(no-hint win rate).
+  c.regret.regret_weight = 0.4
+  c.regret.regret_scale = 0.15
+  c.regret.plateau_weight = 0.6
+  c.regret.plateau_lo = 0.4
+  c.regret.plateau_hi = 0.6
+  c.regret.plateau_ramp = 0.25
+  c.regret.lcb_quantile = 0.1  # "lcb": quantile of the hint-gap posterior
+  c.regret.advantage_eps = 1e-6  # GRPO: (r - mean) / (std + eps)
+  c.regret.separate_arms = False  # agent baseline per (env, hinted) if True
 
   c.optim = ConfigDict()
   c.optim.learning_rate = 1e-5
@@ -124,8 +136,11 @@ def base_config() -> ConfigDict:
   c.optim.agent_loss_weight = 1.0
   c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
   c.optim.max_importance_weight = 2.0
-  c.optim.grad_clip = 1.0
+  c.optim.grad_clip = 1.0  # global-norm clipping; 0 turns it off
   c.optim.weight_decay = 0.0
+  c.optim.b1 = 0.9
+  c.optim.b2 = 0.999
+  c.optim.eps = 1e-8
 
   c.train = ConfigDict()
   c.train.mode = "spade"  # "spade" | "fixed_pool"
@@ -169,7 +184,7 @@ _CHOICES = {
     "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf"),
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),
-    "regret.estimator": ("hint", "max", "learnability", "reference"),
+    "regret.estimator": ("hint", "max", "learnability", "lcb", "reference"),
     "train.mode": ("spade", "fixed_pool"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
 }

@@ -1,0 +1,5 @@
+"""Training: the train state, losses, the jitted update step and the loop.
+
+Submodules are imported where used (`from spade.train import update`), so
+importing the package stays cheap.
+"""
