@@ -97,6 +97,7 @@ def base_config() -> ConfigDict:
 
   c.designer = ConfigDict()
   c.designer.num_envs = 2
+  c.designer.samples_per_prompt = 2  # designs per grounding document (group)
   c.designer.max_new_tokens = 256
   c.designer.temperature = 1.0
   c.designer.hint_temperature = 0.3
@@ -172,6 +173,25 @@ def base_config() -> ConfigDict:
   c.eval.every = 0  # 0: no in-loop evaluation
   c.eval.suites = ()
   c.eval.num_examples = 8
+  c.eval.seed = 1234  # fixes which items each suite draws
+  c.eval.batch_size = 8  # prompts per sampling call
+  c.eval.max_new_tokens = 0  # 0: config.agent.max_new_tokens
+  c.eval.temperature = 0.0  # 0: greedy
+  c.eval.max_turns = 0  # seed_heldout episodes; 0: config.agent.max_turns
+  c.eval.reasoning_gym_categories = (
+      "basic_arithmetic",
+      "chain_sum",
+      "leg_counting",
+      "word_sorting",
+      "letter_counting",
+      "spell_backward",
+      "number_sorting",
+      "gcd",
+  )
+  c.eval.humaneval_timeout_s = 10.0
+  c.eval.bfcl_categories = ("simple_python", "multiple")
+  c.eval.bfcl_download = True  # False: use the cache or the own held-out set
+  c.eval.bfcl_cache_dir = ""  # empty: ~/.cache/spade/bfcl
   return c
 
 

@@ -1,0 +1,299 @@
+"""The multi-turn rollout engine: every episode of an iteration advances together.
+
+Each turn makes ONE batched sampling call for all live episodes and one
+batched sandbox call for their actions. With `overlap=True` the live episodes
+are split into two halves and pipelined: while one half's actions are stepped
+in the sandbox (a worker thread; the sandbox is other processes, so the GIL is
+not held while waiting), the other half is being sampled (XLA releases the
+GIL). That hides sandbox time behind sampling.
+
+On several processes each process steps only its own slice of the episodes in
+its own sandbox pool; results are all-gathered so every process holds the
+same histories (see `StepExecutor`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+from spade.agent import prompts as prompts_lib
+
+
+# A hinted episode whose hint is the environment's own `hint()` for the
+# episode's seed (asked right after reset) rather than a written one.
+ENV_HINT = "<env-hint>"
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSpec:
+  """One episode to play: which environment, which seed, with or without hint."""
+
+  env_index: int
+  source: str
+  seed: int
+  hint: str | None
+  sample: int = 0
+
+  @property
+  def hinted(self) -> bool:
+    return self.hint is not None
+
+
+@dataclasses.dataclass
+class Turn:
+  """One agent turn: the prompt it saw, what it sampled, what it got."""
+
+  prompt_ids: list[int]
+  completion_ids: list[int]
+  logprobs: list[float]
+  action: str
+  reward: float
+  observation: str
+
+
+@dataclasses.dataclass
+class Episode:
+  """A played episode. `error` is set when the environment failed mid-way."""
+
+  spec: EpisodeSpec
+  first_observation: str = ""
+  hint: str | None = None
+  turns: list[Turn] = dataclasses.field(default_factory=list)
+  total_reward: float = 0.0
+  done: bool = False
+  won: bool = False
+  error: str | None = None
+
+  @property
+  def episode_return(self) -> float:
+    """Total reward clipped to [0, 1], the contract's return for regret."""
+    return min(1.0, max(0.0, self.total_reward))
+
+
+class TokenSampler(Protocol):
+  """What the engine needs from the model: a batched, seeded sampling call."""
+
+  def __call__(
+      self, prompts: list[list[int]], seed: int
+  ) -> list[tuple[list[int], list[float], str]]:
+    """Returns (token ids, logprobs, decoded text) for each prompt."""
+    ...
+
+
+class StepExecutor(Protocol):
+  """Runs environment calls for a list of episodes; the same on all hosts."""
+
+  def reset(self, items: list[tuple[int, str, int, bool]]) -> list[dict]:
+    """items: (episode id, source, seed, want env hint) ->
+    [{"ok", "obs", "hint"} | error dict]."""
+    ...
+
+  def step(self, items: list[tuple[int, str]]) -> list[dict]:
+    """items: (episode id, action) -> step result dicts (see SandboxPool)."""
+    ...
+
+  def close(self, episode_ids: list[int]) -> None:
+    ...
+
+
+class PoolExecutor:
+  """`StepExecutor` over a local `SandboxPool`, sliced across processes.
+
+  Episode `i` is executed by process `i % process_count`; every call
+  all-gathers the results so each process sees all of them, in order.
+  """
+
+  def __init__(
+      self,
+      pool: Any,
+      *,
+      process_index: int = 0,
+      process_count: int = 1,
+      allgather: Callable[[list], list[list]] | None = None,
+  ):
+    self._pool = pool
+    self._me = process_index
+    self._n = process_count
+    self._allgather = allgather
+    self._handles: dict[int, int] = {}
+
+  def _mine(self, items):
+    return [it for it in items if it[0] % self._n == self._me]
+
+  def _gather(self, items, local_results):
+    if self._n == 1:
+      return local_results
+    mine = {it[0]: r for it, r in zip(self._mine(items), local_results)}
+    gathered = {}
+    for part in self._allgather(list(mine.items())):
+      gathered.update({int(k): v for k, v in part})
+    return [gathered[it[0]] for it in items]
+
+  def reset(self, items):
+    results = []
+    for eid, source, seed, want_hint in self._mine(items):
+      try:
+        handle = self._pool.create(source)
+        self._handles[eid] = handle
+        obs, _ = self._pool.reset(handle, seed)
+        hint = str(self._pool.call(handle, "hint")) if want_hint else None
+        results.append({"ok": True, "obs": obs, "hint": hint})
+      except Exception as e:  # pylint: disable=broad-except
+        # A broken environment ends its episode with a recorded reason; it
+        # must not stop the other episodes.
+        results.append(
+            {
+                "ok": False,
+                "reason": getattr(e, "reason", type(e).__name__),
+                "message": str(e)[:500],
+            }
+        )
+    return self._gather(items, results)
+
+  def step(self, items):
+    mine = [(eid, a) for eid, a in self._mine(items) if eid in self._handles]
+    results = self._pool.step_many([(self._handles[e], a) for e, a in mine])
+    by_id = dict(zip([e for e, _ in mine], results))
+    local = [
+        by_id.get(
+            eid, {"ok": False, "reason": "no_env", "message": "not created"}
+        )
+        for eid, _ in self._mine(items)
+    ]
+    return self._gather(items, local)
+
+  def close(self, episode_ids):
+    for eid in episode_ids:
+      handle = self._handles.pop(eid, None)
+      if handle is not None:
+        try:
+          self._pool.close_env(handle)
+        except Exception:  # pylint: disable=broad-except
+          pass  # the pool recycles a sandbox whose env will not close
+
+
+@dataclasses.dataclass
+class RolloutStats:
+  """Seconds spent, for the iteration benchmark and the metrics."""
+
+  sampling_s: float = 0.0
+  sandbox_s: float = 0.0
+  sandbox_hidden_s: float = 0.0
+  tokens_sampled: int = 0
+
+
+def run_episodes(
+    specs: Sequence[EpisodeSpec],
+    sampler: TokenSampler,
+    executor: StepExecutor,
+    render: Callable[[list[dict[str, str]]], list[int]],
+    *,
+    max_turns: int,
+    max_context: int,
+    seed: int,
+    overlap: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Episode], RolloutStats]:
+  """Plays all episodes to the end (win, termination, or `max_turns`).
+
+  Args:
+    specs: the episodes to play.
+    sampler: batched token sampler for the agent role.
+    executor: runs reset/step in the sandboxes.
+    render: chat messages -> prompt token ids (the tokenizer's chat format).
+    max_turns: T, the turn limit.
+    max_context: prompt token budget; see `prompts.truncate_messages`.
+    seed: base sampling seed; turn t of half h uses seed*1000 + 2*t + h.
+    overlap: pipeline the sandbox of one half behind the sampling of the other.
+    progress: optional callback for a log line per turn.
+
+  Returns:
+    The episodes (same order as specs) and the time spent.
+  """
+  episodes = [Episode(spec=s) for s in specs]
+  stats = RolloutStats()
+  t0 = time.perf_counter()
+  resets = executor.reset([(i, s.source, s.seed) for i, s in enumerate(specs)])
+  stats.sandbox_s += time.perf_counter() - t0
+  for ep, res in zip(episodes, resets):
+    if res.get("ok"):
+      ep.first_observation = res["obs"]
+      ep.hint = res.get("hint") if ep.spec.hint == ENV_HINT else ep.spec.hint
+    else:
+      ep.done, ep.error = True, f"{res.get('reason')}: {res.get('message')}"
+
+  def live():
+    return [i for i, e in enumerate(episodes) if not e.done]
+
+  def sample(ids, turn, half):
+    prompts = [
+        prompts_lib.truncate_messages(
+            prompts_lib.history_messages(
+                episodes[i].first_observation,
+                episodes[i].hint,
+                [(t.action, t.observation) for t in episodes[i].turns],
+            ),
+            render,
+            max_context,
+        )
+        for i in ids
+    ]
+    start = time.perf_counter()
+    outs = sampler(prompts, seed * 1000 + 2 * turn + half)
+    stats.sampling_s += time.perf_counter() - start
+    stats.tokens_sampled += sum(len(o[0]) for o in outs)
+    return prompts, outs
+
+  def apply(ids, prompts, outs, results):
+    for i, prompt, (tok, lp, text), res in zip(ids, prompts, outs, results):
+      ep = episodes[i]
+      if not res.get("ok"):
+        ep.done, ep.error = True, f"{res.get('reason')}: {res.get('message')}"
+        ep.turns.append(Turn(prompt, tok, lp, text, 0.0, ""))
+        continue
+      reward = float(res["reward"])
+      ep.turns.append(Turn(prompt, tok, lp, text, reward, res["obs"]))
+      ep.total_reward += reward
+      if res["terminated"] or res["truncated"] or len(ep.turns) >= max_turns:
+        ep.done = True
+        ep.won = bool(res["terminated"]) and reward >= 1.0
+
+  def step(ids, outs):
+    start = time.perf_counter()
+    results = executor.step([(i, o[2]) for i, o in zip(ids, outs)])
+    return results, time.perf_counter() - start
+
+  # Fixed groups, each advancing turn by turn on its own: group g's sandbox
+  # step runs in the worker while the other group samples.
+  everyone = list(range(len(episodes)))
+  groups = [everyone[0::2], everyone[1::2]] if overlap else [everyone]
+  pending: list[Any] = [None] * len(groups)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+    for turn in range(max_turns + 1):
+      for g, members in enumerate(groups):
+        if pending[g] is not None:
+          ids, prompts, outs, future = pending[g]
+          results, seconds = future.result()
+          stats.sandbox_s += seconds
+          apply(ids, prompts, outs, results)
+          pending[g] = None
+        ids = [i for i in members if not episodes[i].done]
+        if ids and turn < max_turns:
+          prompts, outs = sample(ids, turn, g)
+          pending[g] = (ids, prompts, outs, worker.submit(step, ids, outs))
+      if progress is not None and turn < max_turns:
+        progress(
+            f"turn {turn + 1}/{max_turns}: "
+            f"{sum(not e.done for e in episodes)} episodes still live"
+        )
+  wall = time.perf_counter() - t0
+  # The main thread only samples or waits, so whatever of the sandbox time
+  # does not add to the wall clock ran while sampling.
+  stats.sandbox_hidden_s = min(
+      stats.sandbox_s, max(0.0, stats.sampling_s + stats.sandbox_s - wall)
+  )
+  executor.close(list(range(len(episodes))))
+  return episodes, stats

@@ -1,0 +1,1 @@
+"""The Environment Designer: prompts, code extraction, hints."""
