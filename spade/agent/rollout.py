@@ -216,7 +216,9 @@ def run_episodes(
   episodes = [Episode(spec=s) for s in specs]
   stats = RolloutStats()
   t0 = time.perf_counter()
-  resets = executor.reset([(i, s.source, s.seed) for i, s in enumerate(specs)])
+  resets = executor.reset(
+      [(i, s.source, s.seed, s.hint == ENV_HINT) for i, s in enumerate(specs)]
+  )
   stats.sandbox_s += time.perf_counter() - t0
   for ep, res in zip(episodes, resets):
     if res.get("ok"):

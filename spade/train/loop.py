@@ -48,6 +48,7 @@ from spade.regret import advantages as adv_lib
 from spade.regret import estimators
 from spade.train import batching
 from spade.train import checkpoints
+from spade.train import curriculum as curriculum_lib
 from spade.train import engine as engine_lib
 from spade.train import metrics as metrics_lib
 from spade.train import multihost
@@ -88,7 +89,7 @@ class Trainer:
         workdir, keep=config.train.keep_checkpoints
     )
     self.writer = metrics_lib.MetricWriter(workdir)
-    self.curriculum = engine_lib.Curriculum(config)
+    self.curriculum = curriculum_lib.Curriculum(config)
     self.start = 0
     restored = checkpoints.restore_latest(
         self.manager, checkpoints.abstract_like(self.engine.state)
@@ -181,6 +182,8 @@ class Trainer:
       timer["sampling"] += time.perf_counter() - t
       for d, (_, _, text) in zip(need, outs):
         d["hint"] = extract.clean_hint(text)
+        # Kept with the archived program so a replay can reuse it.
+        d["verdict"]["written_hint"] = d["hint"]
     return designs, {"memory/duplicates_this_iter": float(duplicates)}
 
   def playables(self, it: int, designs: list[dict]) -> list[Playable]:
@@ -203,7 +206,11 @@ class Trainer:
           Playable(
               source=entry.code,
               origin="replay",
-              hint=None if entry.verdict.get("has_hint") else entry.hint,
+              hint=(
+                  None
+                  if entry.verdict.get("has_hint")
+                  else entry.verdict.get("written_hint")
+              ),
               archive_id=entry.id,
           )
       )

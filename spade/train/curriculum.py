@@ -1,0 +1,99 @@
+"""The curriculum state the loop carries: grounding cursor and memory archive.
+
+Both are plain host-side state, identical on every process (every process
+makes the same calls in the same order), saved as one JSON item in the
+checkpoint and mirrored to `WORKDIR/memory.json` for `spade.memory.show`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import ml_collections
+
+from spade import grounding
+from spade.memory import archive as archive_lib
+from spade.memory import dedup
+
+
+class Curriculum:
+  """Grounding documents, memory examples, duplicates, replay, stats."""
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    import jax  # pylint: disable=g-import-not-at-top
+
+    self.config = config
+    self.corpus = None
+    if config.grounding.enabled and config.train.mode == "spade":
+      self.corpus = grounding.build_corpus(
+          config.grounding,
+          process_index=0,
+          process_count=1,
+      )
+    del jax
+    self.archive = archive_lib.Archive(config.memory)
+    self._replayed = 0
+    self._played = 0
+
+  def documents(self, n: int) -> list[Any]:
+    """n grounding documents, or n Nones when grounding is off."""
+    if self.corpus is None:
+      return [None] * n
+    return self.corpus.sample(n)
+
+  def examples(self, document: Any, n: int) -> list[Any]:
+    if not self.config.memory.enabled or n <= 0:
+      return []
+    return self.archive.prompt_examples(document, n)
+
+  def archive_add(self, code: str, verdict: dict, iteration: int, doc_id):
+    """Adds a design; returns (entry id, id it duplicates or None)."""
+    if not self.config.memory.enabled:
+      return None, None
+    return self.archive.add(
+        code, verdict=verdict, iteration=iteration, grounding_id=doc_id
+    )
+
+  def replay(self, n: int, iteration: int) -> list[Any]:
+    if not self.config.memory.enabled or n <= 0:
+      return []
+    ids = self.archive.replay(n, iteration, iteration)
+    return [self.archive.get(i) for i in ids]
+
+  def update_stats(self, entry_id: str, **stats) -> None:
+    if self.config.memory.enabled:
+      self.archive.update_stats(entry_id, **stats)
+
+  def diversity(self, codes: list[str]) -> float:
+    """Mean pairwise MinHash distance of this iteration's programs."""
+    return float(dedup.diversity(codes)) if len(codes) > 1 else 0.0
+
+  def metrics(self, *, replayed: int, total: int) -> dict[str, float]:
+    self._replayed += replayed
+    self._played += total
+    if not self.config.memory.enabled:
+      return {}
+    self.archive.set_replay_fraction(replayed / total if total else 0.0)
+    return {k: float(v) for k, v in self.archive.metrics().items()}
+
+  def state(self) -> dict:
+    return {
+        "corpus": self.corpus.state() if self.corpus is not None else None,
+        "archive": self.archive.state_dict(),
+    }
+
+  def load(self, state: dict) -> None:
+    if self.corpus is not None and state.get("corpus") is not None:
+      self.corpus.restore(state["corpus"])
+    self.archive = archive_lib.Archive.from_state_dict(
+        self.config.memory, state["archive"]
+    )
+
+  def write_memory_file(self, workdir: str) -> None:
+    """Mirrors the archive to WORKDIR/memory.json for the show CLI."""
+    path = os.path.join(workdir, archive_lib.MEMORY_FILE)
+    with open(path + ".tmp", "w") as f:
+      json.dump(self.archive.state_dict(), f)
+    os.replace(path + ".tmp", path)
