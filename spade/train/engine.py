@@ -1,0 +1,284 @@
+"""The loop's device-side services: weights, sampling per role, the update.
+
+`Engine` owns the train state (params, optimizer state, step, rng) on the
+mesh and offers the host loop a few calls:
+
+  render(messages)          chat messages -> prompt token ids
+  sample(prompts, role,..)  batched sampling -> [(ids, logprobs, text)]
+  agent_sampler(...)        the same, bound for the rollout engine
+  validate(codes)           verdicts from the sandbox (sliced over processes)
+  executor()                the rollout engine's sandbox executor
+  update(agent_rows, designer_rows, it)  one shared update step
+  warm_start(seeds, steps)  supervised stage on the seed library
+
+Sampling runs as one SPMD program over the global mesh: every process builds
+the same global prompt batch (the programs and histories are identical on all
+processes), the sampler's outputs are gathered back to every host.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Sequence
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+import ml_collections
+import numpy as np
+
+from spade.agent import rollout
+from spade.environments import library
+from spade.model import checkpoints as model_checkpoints
+from spade.model import sharding
+from spade.model import tokenizer as tokenizer_lib
+from spade.model import transformer
+from spade.sampling import sampler as sampler_lib
+from spade.sandbox import pool as pool_lib
+from spade.train import batching
+from spade.train import multihost
+from spade.train import state as state_lib
+from spade.train import update as update_lib
+
+_ROLES = {
+    "designer": transformer.Role.DESIGNER,
+    "agent": transformer.Role.AGENT,
+}
+
+
+def _pow2(n: int, minimum: int = 1) -> int:
+  size = minimum
+  while size < n:
+    size *= 2
+  return size
+
+
+class Engine:
+  """Model, tokenizer, sampler, sandbox pool and update step for one run."""
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config = config
+    self.mesh = sharding.make_mesh(config.mesh)
+    self.rules = tuple(tuple(r) for r in config.mesh.rules)
+    self.tokenizer = tokenizer_lib.build_tokenizer(config)
+    self.model = transformer.build_model(config.model)
+    rng = jax.random.PRNGKey(config.seed)
+    params = model_checkpoints.initial_params(config, rng)
+    self.optimizer = state_lib.make_optimizer(config.optim)
+    self.state = state_lib.create_state(
+        params,
+        self.optimizer,
+        rng=jax.random.fold_in(rng, 1),
+        mesh=self.mesh,
+        rules=self.rules,
+        keep_reference=config.optim.kl_coef > 0,
+    )
+    self.update_step = update_lib.make_update_step(
+        self.model, self.optimizer, self.mesh, config
+    )
+    self._sft_step = None
+    self._samplers = {}
+    self._pool = None
+    self._delayed = collections.deque()
+
+  # -- text -------------------------------------------------------------------
+
+  def render(self, messages: list[dict[str, str]]) -> list[int]:
+    """Chat messages -> token ids in the checkpoint's chat format."""
+    return self.tokenizer.encode(
+        self.tokenizer.chat_prompt(messages), add_bos=True
+    )
+
+  # -- sampling ---------------------------------------------------------------
+
+  def _sampler(self, role: str):
+    if role not in self._samplers:
+      tokens_to_logits, make_cache = transformer.sampling_fns(
+          self.config.model, _ROLES[role]
+      )
+      self._samplers[role] = sampler_lib.Sampler(
+          tokens_to_logits=tokens_to_logits,
+          init_cache=make_cache,
+          pad_id=self.tokenizer.pad_id,
+          stop_ids=tuple(self.tokenizer.stop_ids),
+          mesh=self.mesh,
+      )
+    return self._samplers[role]
+
+  def sample(
+      self,
+      prompts: Sequence[Sequence[int]],
+      *,
+      role: str,
+      max_new_tokens: int,
+      temperature: float,
+      seed: int,
+  ) -> list[tuple[list[int], list[float], str]]:
+    """Samples a completion for every prompt (same result on every process).
+
+    Prompts are padded to a power-of-two batch (a multiple of the mesh's
+    batch axes) and length bucket so few shapes are compiled.
+    """
+    if not prompts:
+      return []
+    c = self.config
+    room = c.model.max_len - max_new_tokens
+    prompts = [list(p)[-room:] for p in prompts]
+    n = len(prompts)
+    batch_axes = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    rows = max(_pow2(n), batch_axes)
+    rows = -(-rows // batch_axes) * batch_axes
+    padded = prompts + [[self.tokenizer.pad_id]] * (rows - n)
+    out = self._sampler(role)(
+        self.state.params,
+        padded,
+        rng=jax.random.PRNGKey(seed),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=c.sampling.top_k,
+        top_p=c.sampling.top_p,
+    )
+    tokens = np.asarray(
+        multihost_utils.process_allgather(out.tokens, tiled=True)
+    )
+    logprobs = np.asarray(
+        multihost_utils.process_allgather(out.logprobs, tiled=True)
+    )
+    lengths = np.asarray(
+        multihost_utils.process_allgather(out.lengths, tiled=True)
+    )
+    results = []
+    for i in range(n):
+      ids = tokens[i, : lengths[i]].tolist()
+      lp = logprobs[i, : lengths[i]].astype(float).tolist()
+      results.append((ids, lp, self.tokenizer.decode(ids)))
+    return results
+
+  def agent_sampler(self, *, max_new_tokens: int, temperature: float):
+    """The rollout engine's `TokenSampler` for the agent head."""
+
+    def sample(prompts, seed):
+      return self.sample(
+          prompts,
+          role="agent",
+          max_new_tokens=max_new_tokens,
+          temperature=temperature,
+          seed=seed,
+      )
+
+    return sample
+
+  # -- sandbox ----------------------------------------------------------------
+
+  @property
+  def pool(self):
+    if self._pool is None:
+      self._pool = pool_lib.SandboxPool.from_config(self.config.sandbox)
+    return self._pool
+
+  def validate(self, codes: list[str]) -> list[dict]:
+    """Verdicts for every program; each process validates its own slice."""
+    mine = list(multihost.slice_for_process(len(codes)))
+    verdicts = self.pool.validate([codes[i] for i in mine]) if mine else []
+    merged: dict[int, dict] = {}
+    for part in multihost.allgather_objects(list(zip(mine, verdicts))):
+      merged.update({int(i): v for i, v in part})
+    return [merged[i] for i in range(len(codes))]
+
+  def executor(self) -> rollout.PoolExecutor:
+    return rollout.PoolExecutor(
+        self.pool,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        allgather=multihost.allgather_objects,
+    )
+
+  # -- updates ----------------------------------------------------------------
+
+  def _batch(self, rows: list[batching.Row]) -> dict[str, np.ndarray]:
+    batch_axes = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    return batching.make_batch(
+        rows,
+        max_len=self.config.model.max_len,
+        pad_id=self.tokenizer.pad_id,
+        row_multiple=batch_axes,
+        min_rows=batch_axes,
+    )
+
+  def update(
+      self,
+      agent_rows: list[batching.Row],
+      designer_rows: list[batching.Row],
+      iteration: int,
+  ) -> dict[str, float]:
+    """One shared update; designer rows wait `optim.designer_delay` iterations.
+
+    Delayed designer rows keep the sampler's logprobs from when they were
+    made, so their importance ratios (truncated at
+    `optim.max_importance_weight` in the loss) correct for the staleness.
+    """
+    delay = self.config.optim.designer_delay
+    self._delayed.append((iteration, designer_rows))
+    due: list[batching.Row] = []
+    while self._delayed and self._delayed[0][0] + delay <= iteration:
+      due.extend(self._delayed.popleft()[1])
+    batch = {"agent": self._batch(agent_rows), "designer": self._batch(due)}
+    self.state, metrics = self.update_step(self.state, batch)
+    out = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    out["update/agent_rows"] = float(len(agent_rows))
+    out["update/designer_rows"] = float(len(due))
+    return out
+
+  def warm_start(self, seeds: Sequence[Any], steps: int) -> None:
+    """Supervised stage: designer learns prompt -> program, agent solutions."""
+    from spade.designer import prompts as designer_prompts  # pylint: disable=g-import-not-at-top
+
+    c = self.config
+    designer_rows, agent_rows = [], []
+    for seed in seeds:
+      prompt = self.render(designer_prompts.designer_messages(None))
+      designer_rows.append(
+          batching.Row(prompt, self.tokenizer.encode(seed.source), [], 1.0)
+      )
+      history: list[tuple[str, str]] = []
+      try:
+        episode = library.solution_episode(seed.source, 0)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning("seed %s has no replayable solution: %s", seed.name, e)
+        continue
+      from spade.agent import prompts as agent_prompts  # pylint: disable=g-import-not-at-top
+
+      # episode: (observation the action answered, action), in order.
+      first = episode[0][0] if episode else ""
+      for i, (_, action) in enumerate(episode):
+        ids = self.render(agent_prompts.history_messages(first, None, history))
+        agent_rows.append(
+            batching.Row(ids, self.tokenizer.encode(action), [], 1.0)
+        )
+        after = episode[i + 1][0] if i + 1 < len(episode) else ""
+        history.append((action, after))
+    if self._sft_step is None:
+      self._sft_step = update_lib.make_sft_step(
+          self.model, self.optimizer, self.mesh, c
+      )
+    rng = np.random.default_rng(c.seed)
+    size = c.train.warm_start_batch
+    for step in range(steps):
+      pick = (
+          lambda rows: [rows[i] for i in rng.choice(len(rows), size)]
+          if rows
+          else []
+      )
+      batch = {
+          "agent": self._batch(pick(agent_rows)),
+          "designer": self._batch(pick(designer_rows)),
+      }
+      self.state, metrics = self._sft_step(self.state, batch)
+      logging.info(
+          "warm start %d/%d: %s", step + 1, steps, jax.device_get(metrics)
+      )
+
+  def close(self) -> None:
+    if self._pool is not None:
+      self._pool.close()
+      self._pool = None
