@@ -1,0 +1,1 @@
+"""The shared decoder, its sharding, tokenizers and checkpoint loaders."""

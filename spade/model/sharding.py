@@ -1,0 +1,156 @@
+"""The device mesh and the mapping from logical axis names to it.
+
+The model names every parameter axis ("vocab", "embed", "heads", ...) and
+every activation axis ("batch", "length", ...); `config.mesh.rules` maps those
+names onto the mesh axes ("data", "fsdp", "tensor"), in priority order, as in
+t5x/flax (`nn.logical_to_mesh_axes`): a mesh axis already used by an earlier
+dimension of the same array is skipped, so with the default rules an
+activation [batch, length, embed] is sharded over (data, fsdp) on batch only
+while a weight [vocab, embed] is sharded over tensor and fsdp.
+
+Typical use (pjit semantics):
+
+  mesh = make_mesh(config.mesh)
+  rules = config.mesh.rules
+  params = shard_params(params, mesh, rules)
+  with use_rules(mesh, rules):  # activation constraints see the mesh
+    fn = jax.jit(step, in_shardings=(param_shardings(params, mesh, rules),
+                                     batch_sharding(mesh, rules, 2)))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+
+from spade.model import transformer
+
+AXES = ("data", "fsdp", "tensor")
+
+Rules = Sequence[tuple[str, Any]]
+
+
+def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
+  """Resolves (data, fsdp, tensor) sizes; one of them may be -1 (the rest).
+
+  Raises:
+    ValueError: a size is invalid, more than one is -1, or the product does
+      not equal the device count.
+  """
+  sizes = [int(mesh_config[a]) for a in AXES]
+  for axis, size in zip(AXES, sizes):
+    if size == 0 or size < -1:
+      raise ValueError(f"config.mesh.{axis}={size} must be -1 or >= 1")
+  free = [a for a, s in zip(AXES, sizes) if s == -1]
+  if len(free) > 1:
+    raise ValueError(
+        f"config.mesh: only one of {AXES} may be -1, got -1 for {free}"
+    )
+  fixed = math.prod(s for s in sizes if s != -1)
+  if free:
+    if num_devices % fixed:
+      raise ValueError(
+          f"config.mesh: the fixed axes multiply to {fixed}, which does not"
+          f" divide the {num_devices} devices; change config.mesh."
+          f"{'/'.join(a for a in AXES if a not in free)}"
+      )
+    sizes[AXES.index(free[0])] = num_devices // fixed
+  elif fixed != num_devices:
+    raise ValueError(
+        f"config.mesh data*fsdp*tensor = {fixed} but there are {num_devices}"
+        " devices; set one axis to -1 or make the product match"
+    )
+  return tuple(sizes)
+
+
+def make_mesh(mesh_config, devices: Sequence[Any] | None = None):
+  """A `jax.sharding.Mesh` with axes ("data", "fsdp", "tensor").
+
+  Args:
+    mesh_config: `config.mesh` (keys data, fsdp, tensor; -1 = the rest).
+    devices: defaults to `jax.devices()`.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  shape = mesh_shape(mesh_config, len(devices))
+  grid = mesh_utils.create_device_mesh(shape, devices=devices)
+  return jax.sharding.Mesh(grid, AXES)
+
+
+def _rules(rules: Rules) -> tuple[tuple[str, Any], ...]:
+  """Rules as hashable tuples (ConfigDicts may turn tuples into lists)."""
+  out = []
+  for name, target in rules:
+    if isinstance(target, list):
+      target = tuple(target)
+    out.append((name, target))
+  return tuple(out)
+
+
+def logical_sharding(mesh, rules: Rules, *axes: str | None):
+  """NamedSharding for one array whose dimensions have these logical names."""
+  spec = nn.logical_to_mesh_axes(axes, _rules(rules))
+  return jax.sharding.NamedSharding(mesh, spec)
+
+
+def batch_sharding(mesh, rules: Rules, ndim: int):
+  """NamedSharding for a [batch, length, ...] input of `ndim` dimensions."""
+  names = ("batch", "length") + (None,) * (ndim - 2)
+  return logical_sharding(mesh, rules, *names[:ndim])
+
+
+def param_shardings(params, mesh, rules: Rules) -> Any:
+  """NamedSharding for every parameter (plain or boxed tree)."""
+  specs = transformer.param_logical_axes(params)
+  return nn.logical_to_mesh_sharding(specs, mesh, _rules(rules))
+
+
+def shard_params(params, mesh, rules: Rules) -> Any:
+  """Places a (plain or boxed) parameter tree on the mesh; returns it plain.
+
+  A dimension whose size does not divide its mesh axes is replicated instead
+  (e.g. the byte vocabulary 259 over tensor=2), so any model fits any mesh.
+  """
+  params = nn.unbox(params)
+  shardings = param_shardings(params, mesh, rules)
+  shardings = jax.tree.map(_fit, params, shardings)
+  return jax.device_put(params, shardings)
+
+
+def _fit(leaf, sharding):
+  """Drops mesh axes from dimensions they do not divide evenly."""
+  spec = list(sharding.spec) + [None] * (np.ndim(leaf) - len(sharding.spec))
+  for dim, entry in enumerate(spec):
+    if entry is None:
+      continue
+    names = entry if isinstance(entry, tuple) else (entry,)
+    size = math.prod(sharding.mesh.shape[n] for n in names)
+    if np.shape(leaf)[dim] % size:
+      spec[dim] = None
+  return jax.sharding.NamedSharding(
+      sharding.mesh, jax.sharding.PartitionSpec(*spec)
+  )
+
+
+def fitted_param_shardings(params, mesh, rules: Rules) -> Any:
+  """`param_shardings` with the same divisibility fallback as `shard_params`.
+
+  Use as jit in/out shardings for trees placed by `shard_params`.
+  """
+  params = nn.unbox(params)
+  return jax.tree.map(_fit, params, param_shardings(params, mesh, rules))
+
+
+@contextlib.contextmanager
+def use_rules(mesh, rules: Rules) -> Iterator[None]:
+  """Makes `mesh` and `rules` visible to the model's activation constraints.
+
+  Trace jitted functions inside it; outside, the constraints are no-ops.
+  """
+  with jax.set_mesh(mesh), nn.logical_axis_rules(_rules(rules)):
+    yield

@@ -1,0 +1,711 @@
+"""The shared decoder: Gemma 3 and Qwen2 with one set of layers, two heads.
+
+One Flax Linen module covers both families; `config.model` switches the parts
+that differ (post norms, q/k norm, q/k/v biases, sliding-window layers, the MLP
+activation, embedding scaling). There is no forked copy per family.
+
+Parameter sharing between the roles. Both roles run the same trunk, so these
+parameters are SHARED by the designer and the agent:
+
+  embedder/input_embedding, every layer_i/* (norms, attention projections,
+  q/k norms, MLP), final_norm/scale.
+
+Only the output layer is per role:
+
+  heads/designer/unembedding   used when `role == Role.DESIGNER`
+  heads/agent/unembedding      used when `role == Role.AGENT`
+
+`config.model.tie_embeddings` says whether the *checkpoint* ties its output
+layer to the input embedding (the loaders read it); in this module the two
+heads are always separate parameters, initialised from the checkpoint's output
+layer when a checkpoint is loaded, and randomly in a scratch init.
+
+Every parameter carries logical axis names ("vocab", "embed", "heads",
+"kv_heads", "head_dim", "mlp"), listed once in `PARAM_AXES`; activations are
+constrained with ("batch", "length", ...) names. `spade.model.sharding` maps
+them onto a mesh with the rule table in `config.mesh.rules`.
+
+Decoding uses a KV cache made by `init_cache`: per layer the keys and values
+(RoPE already applied) and the position of each slot (-1 = empty). A global
+layer's cache holds the whole sequence; a sliding-window layer's cache is a
+ring buffer of `min(window, length)` slots, slot = time % size. Attention masks
+are computed from positions: a key is visible when its slot is filled, its
+position is <= the query's and, on a sliding layer, query - key < window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+Array = jax.Array
+Params = Mapping[str, Any]
+Cache = dict[str, dict[str, Array]]
+
+# The mask value Gemma uses: finite, so a row with no visible key (a padding
+# query) gives a uniform softmax instead of NaN.
+_MASK_VALUE = -2.3819763e38
+
+
+class Role(enum.IntEnum):
+  """Which head produces the logits."""
+
+  DESIGNER = 0
+  AGENT = 1
+
+
+ROLE_HEADS = {Role.DESIGNER: "designer", Role.AGENT: "agent"}
+
+# Logical axis names of every parameter, keyed by the last two path parts
+# (module name, parameter name). The module declares its parameters with these
+# names and `param_logical_axes` reads them back for plain (unboxed) trees.
+PARAM_AXES = {
+    ("embedder", "input_embedding"): ("vocab", "embed"),
+    ("q_proj", "kernel"): ("embed", "heads", "head_dim"),
+    ("q_proj", "bias"): ("heads", "head_dim"),
+    ("k_proj", "kernel"): ("embed", "kv_heads", "head_dim"),
+    ("k_proj", "bias"): ("kv_heads", "head_dim"),
+    ("v_proj", "kernel"): ("embed", "kv_heads", "head_dim"),
+    ("v_proj", "bias"): ("kv_heads", "head_dim"),
+    ("o_proj", "kernel"): ("heads", "head_dim", "embed"),
+    ("q_norm", "scale"): ("head_dim",),
+    ("k_norm", "scale"): ("head_dim",),
+    ("pre_attention_norm", "scale"): ("embed",),
+    ("post_attention_norm", "scale"): ("embed",),
+    ("pre_ffw_norm", "scale"): ("embed",),
+    ("post_ffw_norm", "scale"): ("embed",),
+    ("final_norm", "scale"): ("embed",),
+    ("gate", "kernel"): ("embed", "mlp"),
+    ("up", "kernel"): ("embed", "mlp"),
+    ("down", "kernel"): ("mlp", "embed"),
+    ("designer", "unembedding"): ("vocab", "embed"),
+    ("agent", "unembedding"): ("vocab", "embed"),
+}
+
+# Logical names of the KV cache entries.
+CACHE_AXES = {
+    "k": ("batch", "length", "kv_heads", "head_dim"),
+    "v": ("batch", "length", "kv_heads", "head_dim"),
+    "pos": ("batch", "length"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Hashable copy of `config.model` (see spade/config.py for each key)."""
+
+  family: str = "gemma3"
+  vocab_size: int = 259
+  embed_dim: int = 64
+  num_layers: int = 2
+  num_heads: int = 4
+  num_kv_heads: int = 2
+  head_dim: int = 16
+  mlp_dim: int = 128
+  sliding_window: int = 0
+  global_every: int = 6
+  rope_local_base: float = 10_000.0
+  rope_global_base: float = 1_000_000.0
+  query_scale: float = 0.0
+  qk_norm: bool = True
+  qkv_bias: bool = False
+  mlp_activation: str = "gelu"
+  tie_embeddings: bool = True
+  scale_embeddings: bool = True
+  norm_eps: float = 1e-6
+  max_len: int = 1024
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+
+  @classmethod
+  def from_config(cls, model_config) -> "ModelConfig":
+    """Builds from `config.model` (a ConfigDict), a mapping or a ModelConfig."""
+    if isinstance(model_config, ModelConfig):
+      return model_config
+    if isinstance(model_config, ml_collections.ConfigDict):
+      model_config = model_config.to_dict()
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(model_config) - names)
+    if unknown:
+      raise ValueError(
+          f"unknown model config keys {unknown}; the known keys are the fields"
+          " of spade.model.transformer.ModelConfig"
+      )
+    return cls(**dict(model_config))
+
+  def is_global(self, layer: int) -> bool:
+    """Whether layer `layer` attends globally (else over the sliding window)."""
+    if self.sliding_window == 0:
+      return True
+    return (layer + 1) % self.global_every == 0
+
+  def window(self, layer: int) -> int:
+    """The layer's attention window in positions; 0 means unlimited."""
+    return 0 if self.is_global(layer) else self.sliding_window
+
+  def rope_base(self, layer: int) -> float:
+    """RoPE base frequency of layer `layer`."""
+    if self.is_global(layer):
+      return self.rope_global_base
+    return self.rope_local_base
+
+
+# Published sizes. Gemma 3 rows follow the Gemma 3 technical report / HF
+# configs; keys are the `config.model` keys they set.
+_GEMMA3 = {
+    "270m": dict(
+        num_layers=18, embed_dim=640, num_heads=4, num_kv_heads=1,
+        head_dim=256, mlp_dim=2048, sliding_window=512, query_scale=256.0,
+    ),
+    "1b": dict(
+        num_layers=26, embed_dim=1152, num_heads=4, num_kv_heads=1,
+        head_dim=256, mlp_dim=6912, sliding_window=512, query_scale=256.0,
+    ),
+    "4b": dict(
+        num_layers=34, embed_dim=2560, num_heads=8, num_kv_heads=4,
+        head_dim=256, mlp_dim=10240, sliding_window=1024, query_scale=256.0,
+    ),
+    "12b": dict(
+        num_layers=48, embed_dim=3840, num_heads=16, num_kv_heads=8,
+        head_dim=256, mlp_dim=15360, sliding_window=1024, query_scale=256.0,
+    ),
+    "27b": dict(
+        num_layers=62, embed_dim=5376, num_heads=32, num_kv_heads=16,
+        head_dim=128, mlp_dim=21504, sliding_window=1024, query_scale=168.0,
+    ),
+}  # fmt: skip
+
+
+def gemma3_shapes(name: str) -> dict[str, Any]:
+  """`config.model` values for a Gemma 3 size: "270m", "1b", "4b", "12b", "27b".
+
+  Use as `config.model.update(gemma3_shapes("270m"))`.
+  """
+  if name not in _GEMMA3:
+    raise ValueError(
+        f"unknown Gemma 3 size {name!r}; choose one of {sorted(_GEMMA3)}"
+    )
+  return dict(
+      family="gemma3",
+      vocab_size=262_144,
+      global_every=6,
+      rope_local_base=10_000.0,
+      rope_global_base=1_000_000.0,
+      qk_norm=True,
+      qkv_bias=False,
+      mlp_activation="gelu",
+      tie_embeddings=True,
+      scale_embeddings=True,
+      norm_eps=1e-6,
+      **_GEMMA3[name],
+  )
+
+
+def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
+  """`config.model` values for Qwen2.5 (Coder) 0.5B, the one size used here."""
+  if name != "0.5b":
+    raise ValueError(f"unknown Qwen2.5 size {name!r}; only '0.5b' is defined")
+  return dict(
+      family="qwen2",
+      vocab_size=151_936,
+      embed_dim=896,
+      num_layers=24,
+      num_heads=14,
+      num_kv_heads=2,
+      head_dim=64,
+      mlp_dim=4864,
+      sliding_window=0,
+      global_every=1,
+      rope_local_base=1_000_000.0,
+      rope_global_base=1_000_000.0,
+      query_scale=0.0,
+      qk_norm=False,
+      qkv_bias=True,
+      mlp_activation="silu",
+      tie_embeddings=True,
+      scale_embeddings=False,
+      norm_eps=1e-6,
+  )
+
+
+def _constrain(x: Array, *axes: str | None) -> Array:
+  return nn.with_logical_constraint(x, axes)
+
+
+def _init(init: Callable[..., Array], module: str, name: str):
+  return nn.with_logical_partitioning(init, PARAM_AXES[(module, name)])
+
+
+class RMSNorm(nn.Module):
+  """y = x * rsqrt(mean(x^2) + eps) * scale; `scale` is the full multiplier."""
+
+  eps: float
+  param_dtype: Any
+  axes_key: str = "final_norm"
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    scale = self.param(
+        "scale",
+        _init(nn.initializers.ones, self.axes_key, "scale"),
+        (x.shape[-1],),
+        self.param_dtype,
+    )
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def apply_rope(x: Array, positions: Array, base: float) -> Array:
+  """Rotate-half (GPT-NeoX / HF) RoPE; x: [B, L, N, H], positions: [B, L]."""
+  half = x.shape[-1] // 2
+  freq = base ** (-np.arange(half, dtype=np.float32) * 2.0 / x.shape[-1])
+  angle = positions.astype(jnp.float32)[..., None] * jnp.asarray(freq)
+  sin = jnp.sin(angle)[:, :, None, :]
+  cos = jnp.cos(angle)[:, :, None, :]
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+def _proj(
+    name: str, features, axis, cfg: ModelConfig, use_bias: bool = False
+) -> nn.DenseGeneral:
+  return nn.DenseGeneral(
+      features=features,
+      axis=axis,
+      use_bias=use_bias,
+      dtype=jnp.dtype(cfg.dtype),
+      param_dtype=jnp.dtype(cfg.param_dtype),
+      kernel_init=_init(nn.initializers.lecun_normal(), name, "kernel"),
+      bias_init=(
+          _init(nn.initializers.zeros, name, "bias")
+          if use_bias
+          else nn.initializers.zeros
+      ),
+      name=name,
+  )
+
+
+def _write_cache(
+    layer_cache: dict[str, Array],
+    k: Array,
+    v: Array,
+    pos: Array,
+    cache_index: Array,
+) -> dict[str, Array]:
+  """Writes L new entries at slots (cache_index + j) % size of the buffers.
+
+  A global layer's buffer must have room (cache_index + L <= size); callers
+  size it (the sampler uses prompt bucket + max_new_tokens). Ring buffers
+  (sliding layers) wrap and keep the last `size` entries.
+  """
+  size = layer_cache["pos"].shape[1]
+  length = k.shape[1]
+  new = {"k": k, "v": v, "pos": pos}
+  if length == 1 or length < size:
+    start = cache_index % size
+    if length == 1:
+      return {
+          name: jax.lax.dynamic_update_slice_in_dim(
+              layer_cache[name],
+              new[name].astype(layer_cache[name].dtype),
+              start,
+              axis=1,
+          )
+          for name in new
+      }
+    slots = (start + jnp.arange(length)) % size
+    return {
+        name: (
+            layer_cache[name]
+            .at[:, slots]
+            .set(new[name].astype(layer_cache[name].dtype))
+        )
+        for name in new
+    }
+  # At least `size` new entries: only the last `size` survive; entry
+  # cache_index + L - size + j lands in slot (cache_index + L - size + j) % size.
+  shift = (cache_index + length - size) % size
+  return {
+      name: jnp.roll(
+          new[name][:, length - size :].astype(layer_cache[name].dtype),
+          shift,
+          axis=1,
+      )
+      for name in new
+  }
+
+
+class Attention(nn.Module):
+  """GQA with optional q/k norm and q/k/v biases, RoPE, sliding window."""
+
+  cfg: ModelConfig
+  layer: int
+
+  @nn.compact
+  def __call__(
+      self,
+      x: Array,
+      positions: Array,
+      key_pos: Array,
+      cache: dict[str, Array] | None,
+      cache_index: Array | None,
+  ) -> tuple[Array, dict[str, Array] | None]:
+    cfg = self.cfg
+    n, kv, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = _proj("q_proj", (n, h), -1, cfg, cfg.qkv_bias)(x)
+    k = _proj("k_proj", (kv, h), -1, cfg, cfg.qkv_bias)(x)
+    v = _proj("v_proj", (kv, h), -1, cfg, cfg.qkv_bias)(x)
+    q = _constrain(q, "batch", "length", "heads", "head_dim")
+    k = _constrain(k, "batch", "length", "kv_heads", "head_dim")
+    v = _constrain(v, "batch", "length", "kv_heads", "head_dim")
+    if cfg.qk_norm:
+      pdt = jnp.dtype(cfg.param_dtype)
+      q = RMSNorm(cfg.norm_eps, pdt, "q_norm", name="q_norm")(q)
+      k = RMSNorm(cfg.norm_eps, pdt, "k_norm", name="k_norm")(k)
+    base = cfg.rope_base(self.layer)
+    q = apply_rope(q, positions, base)
+    k = apply_rope(k, positions, base)
+    scale = (cfg.query_scale if cfg.query_scale > 0 else h) ** -0.5
+    q = q * jnp.asarray(scale, q.dtype)
+
+    window = cfg.window(self.layer)
+    new_cache = None
+    if cache is None:
+      keys, values, kpos = k, v, key_pos
+    elif x.shape[1] == 1 or window == 0:
+      # Writing first is safe here: a one-token step only overwrites the slot
+      # that just left the window, and a global buffer never wraps.
+      new_cache = _write_cache(cache, k, v, key_pos, cache_index)
+      keys, values, kpos = new_cache["k"], new_cache["v"], new_cache["pos"]
+    else:
+      # A chunk on a ring buffer could overwrite keys its own earlier queries
+      # still need, so attend over old cache + chunk, then write.
+      keys = jnp.concatenate([cache["k"], k.astype(cache["k"].dtype)], 1)
+      values = jnp.concatenate([cache["v"], v.astype(cache["v"].dtype)], 1)
+      kpos = jnp.concatenate([cache["pos"], key_pos], 1)
+      new_cache = _write_cache(cache, k, v, key_pos, cache_index)
+    keys = keys.astype(q.dtype)
+    values = values.astype(q.dtype)
+
+    b, length = q.shape[:2]
+    qg = q.reshape(b, length, kv, n // kv, h)
+    logits = jnp.einsum(
+        "blkgh,bskh->bkgls", qg, keys, preferred_element_type=jnp.float32
+    )
+    qp = positions[:, :, None]
+    kp = kpos[:, None, :]
+    visible = (kp >= 0) & (kp <= qp)
+    if window:
+      visible &= qp - kp < window
+    logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
+    probs = jax.nn.softmax(logits, axis=-1).astype(values.dtype)
+    out = jnp.einsum("bkgls,bskh->blkgh", probs, values)
+    out = out.reshape(b, length, n, h)
+    out = _constrain(out, "batch", "length", "heads", "head_dim")
+    y = _proj("o_proj", cfg.embed_dim, (-2, -1), cfg)(out)
+    return y, new_cache
+
+
+class MLP(nn.Module):
+  """down(act(gate(x)) * up(x)): GeGLU ("gelu") or SwiGLU ("silu")."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.cfg
+    gate = _proj("gate", cfg.mlp_dim, -1, cfg)(x)
+    up = _proj("up", cfg.mlp_dim, -1, cfg)(x)
+    if cfg.mlp_activation == "gelu":
+      act = nn.gelu(gate, approximate=True)
+    elif cfg.mlp_activation == "silu":
+      act = nn.silu(gate)
+    else:
+      raise ValueError(
+          f"config.model.mlp_activation={cfg.mlp_activation!r}: use 'gelu' or"
+          " 'silu'"
+      )
+    hidden = _constrain(act * up, "batch", "length", "mlp")
+    return _proj("down", cfg.embed_dim, -1, cfg)(hidden)
+
+
+class Block(nn.Module):
+  """One decoder layer; post norms only for the Gemma family."""
+
+  cfg: ModelConfig
+  layer: int
+
+  @nn.compact
+  def __call__(self, x, positions, key_pos, cache, cache_index):
+    cfg = self.cfg
+    pdt = jnp.dtype(cfg.param_dtype)
+    gemma = cfg.family == "gemma3"
+
+    def norm(name):
+      return RMSNorm(cfg.norm_eps, pdt, name, name=name)
+
+    y, new_cache = Attention(cfg, self.layer, name="attn")(
+        norm("pre_attention_norm")(x), positions, key_pos, cache, cache_index
+    )
+    if gemma:
+      y = norm("post_attention_norm")(y)
+    x = _constrain(x + y, "batch", "length", "embed")
+    y = MLP(cfg, name="mlp")(norm("pre_ffw_norm")(x))
+    if gemma:
+      y = norm("post_ffw_norm")(y)
+    x = _constrain(x + y, "batch", "length", "embed")
+    return x, new_cache
+
+
+class Transformer(nn.Module):
+  """The shared decoder with a designer head and an agent head.
+
+  Attributes:
+    cfg: `config.model` as a ConfigDict, a mapping or a `ModelConfig`.
+  """
+
+  cfg: Any
+
+  def __post_init__(self):
+    if not isinstance(self.cfg, ModelConfig):
+      object.__setattr__(self, "cfg", ModelConfig.from_config(self.cfg))
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(
+      self,
+      tokens: Array,
+      positions: Array,
+      role: Role,
+      *,
+      input_mask: Array | None = None,
+      cache: Cache | None = None,
+      cache_index: Array | None = None,
+      last_only: bool = False,
+  ) -> tuple[Array, Cache | None]:
+    """Runs the decoder.
+
+    Args:
+      tokens: int32[B, L].
+      positions: int32[B, L], the RoPE position of each token; attention is
+        causal by position (a key is visible when its position is <= the
+        query's), so positions must increase along each row's real tokens.
+      role: which head gives the logits (static).
+      input_mask: bool[B, L], False for padding; padding is never attended to.
+        Default: all True.
+      cache: from `init_cache`, or None for a plain full forward.
+      cache_index: int32 scalar, the cache time of `tokens[:, 0]` (the number
+        of steps already written); required with `cache`.
+      last_only: return logits for the last position only ([B, 1, V]); the
+        sampler's prefill needs no more and the vocab matmul dominates.
+
+    Returns:
+      (float32 logits [B, L, V] (or [B, 1, V]), the updated cache or None).
+    """
+    cfg = self.cfg
+    if cache is not None and cache_index is None:
+      raise ValueError("Transformer: pass cache_index together with cache")
+    if input_mask is None:
+      input_mask = jnp.ones(tokens.shape, bool)
+    key_pos = jnp.where(input_mask, positions, -1).astype(jnp.int32)
+    dtype = jnp.dtype(cfg.dtype)
+    pdt = jnp.dtype(cfg.param_dtype)
+
+    embedding = _Embedder(cfg, name="embedder")()
+    x = jnp.take(embedding, tokens, axis=0).astype(dtype)
+    if cfg.scale_embeddings:
+      x = x * jnp.sqrt(float(cfg.embed_dim)).astype(dtype)
+    x = _constrain(x, "batch", "length", "embed")
+
+    new_cache = {} if cache is not None else None
+    for i in range(cfg.num_layers):
+      name = f"layer_{i}"
+      x, layer_cache = Block(cfg, i, name=name)(
+          x,
+          positions,
+          key_pos,
+          None if cache is None else cache[name],
+          cache_index,
+      )
+      if cache is not None:
+        new_cache[name] = layer_cache
+    if last_only:
+      x = x[:, -1:]
+    x = RMSNorm(cfg.norm_eps, pdt, "final_norm", name="final_norm")(x)
+
+    logits = _Heads(cfg, name="heads")(x, Role(role))
+    return _constrain(logits, "batch", "length", "vocab"), new_cache
+
+
+class _Embedder(nn.Module):
+  """The [vocab, embed] input embedding table."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self) -> Array:
+    return self.param(
+        "input_embedding",
+        _init(
+            nn.initializers.variance_scaling(1.0, "fan_in", "normal", 1, 0),
+            "embedder",
+            "input_embedding",
+        ),
+        (self.cfg.vocab_size, self.cfg.embed_dim),
+        jnp.dtype(self.cfg.param_dtype),
+    )
+
+
+class _Heads(nn.Module):
+  """Holds both unembeddings (so both exist after init) and applies one."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array, role: Role) -> Array:
+    tables = {
+        r: _UnembeddingHead(self.cfg, name=head)()
+        for r, head in ROLE_HEADS.items()
+    }
+    table = tables[role].astype(x.dtype)
+    return jnp.einsum(
+        "ble,ve->blv", x, table, preferred_element_type=jnp.float32
+    )
+
+
+class _UnembeddingHead(nn.Module):
+  """One role's [vocab, embed] output table."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self) -> Array:
+    return self.param(
+        "unembedding",
+        _init(
+            nn.initializers.variance_scaling(1.0, "fan_in", "normal", 1, 0),
+            self.name,
+            "unembedding",
+        ),
+        (self.cfg.vocab_size, self.cfg.embed_dim),
+        jnp.dtype(self.cfg.param_dtype),
+    )
+
+
+def build_model(model_config) -> Transformer:
+  """The decoder for `config.model` (a ConfigDict, mapping or ModelConfig)."""
+  return Transformer(ModelConfig.from_config(model_config))
+
+
+def init_params(model_config, rng: Array) -> dict[str, Any]:
+  """A scratch init: plain (unboxed) float params in the contract's tree.
+
+  Both heads are drawn independently; the loaders in
+  `spade.model.checkpoints` replace everything with checkpoint weights.
+  """
+  model = build_model(model_config)
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  variables = jax.jit(lambda r: model.init(r, tokens, tokens, Role.DESIGNER))(
+      rng
+  )
+  return nn.unbox(variables["params"])
+
+
+def param_logical_axes(params: Params) -> Any:
+  """A tree like `params` of logical `PartitionSpec`s (from `PARAM_AXES`).
+
+  Works on plain trees (the loaders' output), so checkpoint weights shard the
+  same way as a scratch init.
+  """
+
+  def axes(path, leaf):
+    names = tuple(getattr(p, "key", str(p)) for p in path)
+    key = names[-2:]
+    if key not in PARAM_AXES:
+      raise ValueError(
+          f"parameter {'/'.join(names)} has no logical axes; add "
+          f"{key} to spade.model.transformer.PARAM_AXES"
+      )
+    spec = PARAM_AXES[key]
+    if len(spec) != np.ndim(leaf):
+      raise ValueError(
+          f"parameter {'/'.join(names)} has shape {np.shape(leaf)} but its "
+          f"logical axes are {spec}"
+      )
+    return jax.sharding.PartitionSpec(*spec)
+
+  return jax.tree_util.tree_map_with_path(axes, nn.unbox(params))
+
+
+def cache_sizes(model_config, length: int) -> list[int]:
+  """Slots per layer for a cache of `length` steps (ring = min(window, L))."""
+  cfg = ModelConfig.from_config(model_config)
+  return [
+      length if cfg.is_global(i) else min(cfg.window(i), length)
+      for i in range(cfg.num_layers)
+  ]
+
+
+def init_cache(model_config, batch: int, length: int) -> Cache:
+  """An empty KV cache for `batch` rows and `length` steps (prompt + new).
+
+  Returns {"layer_i": {"k", "v": [B, S_i, kv_heads, head_dim] in
+  `config.model.dtype`, "pos": int32[B, S_i] = -1}} with S_i = length for
+  global layers and min(window, length) for sliding ones. Inside a jit under a
+  mesh the entries are constrained to `CACHE_AXES` (batch-sharded).
+  """
+  cfg = ModelConfig.from_config(model_config)
+  dtype = jnp.dtype(cfg.dtype)
+  cache = {}
+  for i, size in enumerate(cache_sizes(cfg, length)):
+    shape = (batch, size, cfg.num_kv_heads, cfg.head_dim)
+    layer = {
+        "k": jnp.zeros(shape, dtype),
+        "v": jnp.zeros(shape, dtype),
+        "pos": jnp.full((batch, size), -1, jnp.int32),
+    }
+    cache[f"layer_{i}"] = {
+        name: _constrain(value, *CACHE_AXES[name])
+        for name, value in layer.items()
+    }
+  return cache
+
+
+def sampling_fns(model_config, role: Role):
+  """The two callables `spade.sampling.Sampler` takes, for one role.
+
+  Returns:
+    tokens_to_logits(params, tokens, positions, input_mask, cache,
+    cache_index) -> (float32 logits [B, V] of the LAST position, new cache),
+    and init_cache(batch, length) -> cache.
+  """
+  model = build_model(model_config)
+  role = Role(role)
+
+  def tokens_to_logits(params, tokens, positions, input_mask, cache, index):
+    logits, cache = model.apply(
+        {"params": params},
+        tokens,
+        positions,
+        role,
+        input_mask=input_mask,
+        cache=cache,
+        cache_index=index,
+        last_only=True,
+    )
+    return logits[:, -1], cache
+
+  def make_cache(batch: int, length: int) -> Cache:
+    return init_cache(model.cfg, batch, length)
+
+  return tokens_to_logits, make_cache

@@ -1,0 +1,1 @@
+"""Compiled, model-agnostic sampling (`sampler`) and its text front end (`text`)."""

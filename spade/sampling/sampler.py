@@ -1,0 +1,343 @@
+"""Compiled batched sampling: jitted prefill + `lax.while_loop` decode.
+
+Model-agnostic (STYLE.md rule 7): the `Sampler` takes two callables, not a
+model class,
+
+  tokens_to_logits(params, tokens[B, L], positions[B, L], input_mask[B, L],
+                   cache, cache_index) -> (float32 logits[B, V] of the LAST
+                   position, new cache)
+  init_cache(batch, length) -> cache pytree
+
+(`spade.model.transformer.sampling_fns(config.model, role)` builds them).
+
+Layout: prompts are LEFT-padded to a common length L (the row's prompt sits at
+the right end, `input_mask` False on the padding). Every row then writes its
+next token at the same cache slot, so the cache index is one scalar and one
+compiled step serves the whole batch; each row's positions start at 0 at its
+first real token.
+
+Outputs, per row: `tokens[B, max_new_tokens]` (pad after the end),
+`logprobs[B, max_new_tokens]` = log_softmax(raw logits)[sampled token], i.e.
+under the model's own distribution BEFORE temperature, top-k and top-p (what
+policy-gradient ratios need; 0 after the end), `lengths[B]` = tokens generated
+INCLUDING a stop token, and `finished[B]` = the row hit one of `stop_ids`.
+
+Sampling: temperature 0 is greedy (argmax). Otherwise the logits are divided by
+the temperature, restricted to the top-k (k > 0) and/or the nucleus (top_p <
+1), and sampled by inverse CDF in two stages (blocks of the vocabulary, then
+within the chosen block): exact, and much cheaper on CPU than Gumbel noise for
+a 262k vocabulary. top_p < 1 without top_k sorts the vocabulary every step;
+set top_k too to make it cheap.
+
+Compilation: one jit per Sampler; it specialises on (batch, prompt length,
+max_new_tokens, greedy, top_k, whether top_p < 1); temperature and top_p are
+traced, so changing them does not recompile. The KV cache is created inside
+the compiled function and carried by the loop, so it is updated in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+# Vocabulary block size of the two-stage inverse-CDF draw.
+_BLOCK = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleOutput:
+  """What `Sampler.__call__` returns (arrays on the host as numpy)."""
+
+  tokens: np.ndarray  # int32[B, max_new_tokens]
+  logprobs: np.ndarray  # float32[B, max_new_tokens]
+  lengths: np.ndarray  # int32[B]
+  finished: np.ndarray  # bool[B]
+
+
+def left_pad(
+    rows: Sequence[Sequence[int]], length: int, pad_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """Left-pads token lists to `length`; returns (int32[B, L], lengths[B]).
+
+  Raises:
+    ValueError: a row is longer than `length` or empty.
+  """
+  out = np.full((len(rows), length), pad_id, np.int32)
+  lengths = np.zeros(len(rows), np.int32)
+  for i, row in enumerate(rows):
+    if not row:
+      raise ValueError(f"prompt {i} is empty; give at least one token (bos)")
+    if len(row) > length:
+      raise ValueError(
+          f"prompt {i} has {len(row)} tokens > {length}; truncate it first"
+      )
+    out[i, length - len(row) :] = row
+    lengths[i] = len(row)
+  return out, lengths
+
+
+def _categorical(key: Array, logits: Array) -> Array:
+  """Exact categorical draw from float32 logits[B, V] (-inf allowed)."""
+  b, v = logits.shape
+  nb = -(-v // _BLOCK)
+  probs = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
+  probs = jnp.pad(probs, ((0, 0), (0, nb * _BLOCK - v)))
+  blocks = probs.reshape(b, nb, _BLOCK)
+  u = jax.random.uniform(key, (2, b, 1))
+
+  def pick(weights, u):
+    cdf = jnp.cumsum(weights, -1)
+    # First index whose cdf exceeds u * total: never a zero-weight entry.
+    idx = jnp.sum(cdf <= u * cdf[:, -1:], -1)
+    return jnp.minimum(idx, weights.shape[-1] - 1)
+
+  block = pick(jnp.sum(blocks, -1), u[0])
+  within = jnp.take_along_axis(blocks, block[:, None, None], 1)[:, 0]
+  return (block * _BLOCK + pick(within, u[1])).astype(jnp.int32)
+
+
+def _nucleus(sorted_desc: Array, top_p: Array) -> Array:
+  """Mask over descending-sorted logits keeping the smallest set >= top_p."""
+  probs = jax.nn.softmax(sorted_desc, -1)
+  before = jnp.cumsum(probs, -1) - probs
+  return before < top_p
+
+
+def sample_logits(
+    key: Array,
+    logits: Array,
+    *,
+    greedy: bool,
+    top_k: int,
+    use_top_p: bool,
+    temperature: Array,
+    top_p: Array,
+) -> tuple[Array, Array]:
+  """Draws one token per row; returns (int32[B], log_softmax(logits)[tok])."""
+  logits = logits.astype(jnp.float32)
+  if greedy:
+    tok = jnp.argmax(logits, -1).astype(jnp.int32)
+  elif top_k > 0:
+    vals, idx = jax.lax.top_k(logits, top_k)
+    scaled = vals / temperature
+    if use_top_p:
+      scaled = jnp.where(_nucleus(scaled, top_p), scaled, -jnp.inf)
+    choice = _categorical(key, scaled)
+    tok = jnp.take_along_axis(idx, choice[:, None], 1)[:, 0].astype(jnp.int32)
+  else:
+    scaled = logits / temperature
+    if use_top_p:
+      desc = -jnp.sort(-scaled, -1)
+      keep = _nucleus(desc, top_p)
+      # Smallest kept logit per row; ties at the threshold are all kept.
+      threshold = jnp.min(jnp.where(keep, desc, jnp.inf), -1, keepdims=True)
+      scaled = jnp.where(scaled >= threshold, scaled, -jnp.inf)
+    tok = _categorical(key, scaled)
+  chosen = jnp.take_along_axis(logits, tok[:, None], 1)[:, 0]
+  return tok, chosen - jax.nn.logsumexp(logits, -1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampler:
+  """Batched sampler over a `tokens_to_logits` callable (see module doc).
+
+  Attributes:
+    tokens_to_logits: the model step (see module docstring).
+    init_cache: (batch, length) -> empty cache.
+    pad_id: written after a row ends.
+    stop_ids: a row ends after emitting one of these (it is kept in tokens).
+    mesh: optional mesh; with it, inputs are batch-sharded and the model's
+      logical constraints are active (params should come from
+      `spade.model.sharding.shard_params`).
+    rules: the logical axis rules (`config.mesh.rules`), used with `mesh`.
+  """
+
+  tokens_to_logits: Callable[..., tuple[Array, Any]]
+  init_cache: Callable[[int, int], Any]
+  pad_id: int
+  stop_ids: tuple[int, ...] = ()
+  mesh: Any = None
+  rules: tuple[Any, ...] = ()
+
+  @functools.cached_property
+  def _compiled(self):
+    return jax.jit(
+        self._generate,
+        static_argnames=("max_new_tokens", "greedy", "top_k", "use_top_p"),
+    )
+
+  def __call__(
+      self,
+      params: Any,
+      prompts: np.ndarray,
+      prompt_lengths: np.ndarray,
+      *,
+      max_new_tokens: int,
+      rng: Array,
+      temperature: float = 1.0,
+      top_k: int = 0,
+      top_p: float = 1.0,
+      row_max_new_tokens: np.ndarray | None = None,
+  ) -> SampleOutput:
+    """Samples continuations of left-padded prompts.
+
+    Args:
+      params: the model parameters given to `tokens_to_logits`.
+      prompts: int32[B, L], left-padded (see `left_pad`).
+      prompt_lengths: int32[B], real tokens per row (>= 1).
+      max_new_tokens: the most tokens any row generates (static).
+      rng: a PRNG key; the same key gives the same samples.
+      temperature: 0 for greedy.
+      top_k: keep the k most likely tokens (0 = all).
+      top_p: nucleus mass (1.0 = all).
+      row_max_new_tokens: optional int32[B] per-row limits (<= max_new_tokens).
+
+    Returns:
+      A `SampleOutput` (see module docstring).
+    """
+    prompts = np.asarray(prompts, np.int32)
+    prompt_lengths = np.asarray(prompt_lengths, np.int32)
+    b, length = prompts.shape
+    if prompt_lengths.shape != (b,):
+      raise ValueError(
+          f"prompt_lengths has shape {prompt_lengths.shape}, expected ({b},)"
+      )
+    if np.any(prompt_lengths < 1) or np.any(prompt_lengths > length):
+      raise ValueError(f"prompt_lengths must be in [1, {length}]")
+    if max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+      raise ValueError(
+          f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got "
+          f"{temperature}, {top_p}, {top_k}"
+      )
+    if row_max_new_tokens is None:
+      limits = np.full((b,), max_new_tokens, np.int32)
+    else:
+      limits = np.minimum(np.asarray(row_max_new_tokens, np.int32),
+                          max_new_tokens)  # fmt: skip
+      if limits.shape != (b,):
+        raise ValueError(f"row_max_new_tokens must have shape ({b},)")
+    greedy = temperature == 0
+    args = (
+        params,
+        jnp.asarray(prompts),
+        jnp.asarray(prompt_lengths),
+        jnp.asarray(limits),
+        rng,
+        jnp.float32(temperature if not greedy else 1.0),
+        jnp.float32(top_p),
+    )
+    static = dict(
+        max_new_tokens=int(max_new_tokens),
+        greedy=bool(greedy),
+        top_k=int(top_k) if not greedy else 0,
+        use_top_p=bool(top_p < 1.0) and not greedy,
+    )
+    if self.mesh is None:
+      out = self._compiled(*args, **static)
+    else:
+      from spade.model import sharding  # pylint: disable=g-import-not-at-top
+
+      rows = sharding.logical_sharding(self.mesh, self.rules, "batch")
+      grid = sharding.batch_sharding(self.mesh, self.rules, 2)
+      args = args[:1] + tuple(
+          jax.device_put(a, s) for a, s in zip(args[1:4], (grid, rows, rows))
+      ) + args[4:]  # fmt: skip
+      with sharding.use_rules(self.mesh, self.rules):
+        out = self._compiled(*args, **static)
+    tokens, logprobs, lengths, finished = jax.device_get(out)
+    return SampleOutput(
+        tokens=np.asarray(tokens),
+        logprobs=np.asarray(logprobs),
+        lengths=np.asarray(lengths),
+        finished=np.asarray(finished),
+    )
+
+  def _generate(
+      self,
+      params,
+      prompts,
+      prompt_lengths,
+      limits,
+      rng,
+      temperature,
+      top_p,
+      *,
+      max_new_tokens: int,
+      greedy: bool,
+      top_k: int,
+      use_top_p: bool,
+  ):
+    b, length = prompts.shape
+    stop_ids = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
+    draw = functools.partial(
+        sample_logits,
+        greedy=greedy,
+        top_k=top_k,
+        use_top_p=use_top_p,
+        temperature=temperature,
+        top_p=top_p,
+    )
+    col = jnp.arange(length, dtype=jnp.int32)[None, :]
+    pad = (length - prompt_lengths)[:, None]
+    input_mask = col >= pad
+    positions = jnp.maximum(col - pad, 0)
+    cache = self.init_cache(b, length + max_new_tokens)
+    logits, cache = self.tokens_to_logits(
+        params, prompts, positions, input_mask, cache, jnp.int32(0)
+    )
+
+    def record(state, step, tok, logp):
+      tokens, logprobs, lengths, done = state
+      active = ~done
+      tokens = tokens.at[:, step].set(jnp.where(active, tok, self.pad_id))
+      logprobs = logprobs.at[:, step].set(jnp.where(active, logp, 0.0))
+      lengths = lengths + active.astype(jnp.int32)
+      hit = active & jnp.any(tok[:, None] == stop_ids[None, :], -1)
+      return tokens, logprobs, lengths, done | hit | (lengths >= limits), hit
+
+    tok, logp = draw(jax.random.fold_in(rng, 0), logits)
+    state = (
+        jnp.full((b, max_new_tokens), self.pad_id, jnp.int32),
+        jnp.zeros((b, max_new_tokens), jnp.float32),
+        jnp.zeros((b,), jnp.int32),
+        limits <= 0,
+    )
+    *state, finished = record(state, 0, tok, logp)
+    state = nn.with_logical_constraint(
+        tuple(state), (("batch", None), ("batch", None), ("batch",), ("batch",))
+    )
+
+    def cond(carry):
+      step, _, _, _, done, _, _ = carry
+      return (step < max_new_tokens) & ~jnp.all(done)
+
+    def body(carry):
+      step, tokens, logprobs, lengths, done, finished, cache = carry
+      last = jax.lax.dynamic_slice_in_dim(tokens, step - 1, 1, axis=1)
+      # A finished row keeps being fed (its last token is pad); its outputs
+      # are masked by `record`, and one batch shape serves every step.
+      pos = (prompt_lengths + step - 1)[:, None]
+      logits, cache = self.tokens_to_logits(
+          params, last, pos, jnp.ones((b, 1), bool), cache, length + step - 1
+      )
+      tok, logp = draw(jax.random.fold_in(rng, step), logits)
+      tokens, logprobs, lengths, done, hit = record(
+          (tokens, logprobs, lengths, done), step, tok, logp
+      )
+      return step + 1, tokens, logprobs, lengths, done, finished | hit, cache
+
+    carry = (jnp.int32(1), *state, finished, cache)
+    _, tokens, logprobs, lengths, _, finished, _ = jax.lax.while_loop(
+        cond, body, carry
+    )
+    return tokens, logprobs, lengths, finished
