@@ -87,8 +87,14 @@ class BoxPushEnv:
       for c in range(_N):
         p = (r, c)
         row += (
-            "@" if p == self._me else "$" if p == self._box
-            else "x" if p == self._target else "#" if p in self._walls
+            "@"
+            if p == self._me
+            else "$"
+            if p == self._box
+            else "x"
+            if p == self._target
+            else "#"
+            if p in self._walls
             else "."
         )
       rows.append(row)
@@ -126,7 +132,10 @@ class BoxPushEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Moves left: {self._budget - self._moves}.\n{self._show()}",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

@@ -94,7 +94,10 @@ class CalculatorTargetEnv:
     return (
         f"{msg} Target {self._target}. Keys: {', '.join(self._keys)}."
         f" Presses left: {self._budget - self._presses}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

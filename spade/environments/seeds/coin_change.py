@@ -23,14 +23,18 @@ class CoinChangeEnv:
   def _fewest(self, amount):
     best = [0] + [None] * amount
     for a in range(1, amount + 1):
-      opts = [best[a - c] for c in self._coins if c <= a and best[a - c] is not None]
+      opts = [
+          best[a - c] for c in self._coins if c <= a and best[a - c] is not None
+      ]
       best[a] = min(opts) + 1 if opts else None
     return best
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      self._coins = sorted({1, rng.randint(3, 6), rng.randint(7, 12), rng.randint(13, 25)})
+      self._coins = sorted(
+          {1, rng.randint(3, 6), rng.randint(7, 12), rng.randint(13, 25)}
+      )
       self._amount = rng.randint(30, 70)
       best = self._fewest(self._amount)
       # Keep only puzzles where greedy is worse than the optimum.
@@ -71,7 +75,10 @@ class CoinChangeEnv:
           return f"Paid with {self._used} coins: optimal!", 1.0, True, False, {}
         return (
             f"Paid with {self._used} coins; {self._need} was enough.",
-            0.0, True, False, {},
+            0.0,
+            True,
+            False,
+            {},
         )
       if self._used >= self._need:
         self._done = True
@@ -91,8 +98,10 @@ class CoinChangeEnv:
     plan = []
     while left:
       c = next(
-          c for c in self._coins
-          if c <= left and best[left - c] is not None
+          c
+          for c in self._coins
+          if c <= left
+          and best[left - c] is not None
           and best[left - c] == best[left] - 1
       )
       plan.append(f"\\boxed{{{c}}}")

@@ -94,7 +94,10 @@ class CountdownEnv:
       return f"{msg} Out of operations.", 0.0, False, True, {}
     return (
         f"{msg} Pool: {self._pool}. Target: {self._target}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

@@ -102,7 +102,10 @@ class CraftingEnv:
     return (
         f"{msg} Inventory: {inv or 'empty'}. Turns left:"
         f" {self._budget - self._used}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

@@ -54,14 +54,19 @@ class FaultyComponentEnv:
       else:
         msg = "Reply \\boxed{probe K} or \\boxed{replace K}."
     else:
-      msg = f"Reply \\boxed{{probe K}} or \\boxed{{replace K}}, K in 1-{self._n}."
+      msg = (
+          f"Reply \\boxed{{probe K}} or \\boxed{{replace K}}, K in 1-{self._n}."
+      )
     if self.turn_count >= self.max_turns:
       self._done = True
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Probes: {'; '.join(self._log)}. Turns left:"
         f" {self.max_turns - self.turn_count}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

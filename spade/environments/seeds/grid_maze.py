@@ -73,8 +73,10 @@ class GridMazeEnv:
       row = ""
       for c in range(7):
         row += (
-            "S" if (r, c) == self._pos
-            else "E" if (r, c) == self._exit
+            "S"
+            if (r, c) == self._pos
+            else "E"
+            if (r, c) == self._exit
             else self._grid[r][c]
         )
       rows.append(row)
@@ -106,7 +108,10 @@ class GridMazeEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Moves left: {self._budget - self._moves}.\n{self._show()}",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

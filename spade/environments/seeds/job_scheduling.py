@@ -65,7 +65,10 @@ class JobSchedulingEnv:
           return f"{msg} Finish time {span}: optimal!", 1.0, True, False, {}
         return (
             f"{msg} Finish time {span}; {self._best} was possible.",
-            0.0, True, False, {},
+            0.0,
+            True,
+            False,
+            {},
         )
     if self.turn_count >= self.max_turns:
       self._done = True

@@ -83,7 +83,10 @@ class KnapsackEnv:
           return f"{msg} Value {self._value}: optimal!", 1.0, True, False, {}
         return (
             f"{msg} Value {self._value}; the best was {self._best}.",
-            0.0, True, False, {},
+            0.0,
+            True,
+            False,
+            {},
         )
     if self.turn_count >= self.max_turns:
       self._done = True

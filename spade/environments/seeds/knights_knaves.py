@@ -99,7 +99,13 @@ class KnightsKnavesEnv:
       self._done = True
       return f"{msg} Out of turns.", 0.0, False, True, {}
     todo = ", ".join(p for p in self._people if p not in self._named)
-    return f"{msg}\n{self._show()}\nStill to name: {todo}.", 0.0, False, False, {}
+    return (
+        f"{msg}\n{self._show()}\nStill to name: {todo}.",
+        0.0,
+        False,
+        False,
+        {},
+    )
 
   def hint(self):
     p = self._people[0]

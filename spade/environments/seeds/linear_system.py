@@ -79,7 +79,10 @@ class LinearSystemEnv:
     found = ", ".join(f"{v}={self._sol[v]}" for v in sorted(self._found))
     return (
         f"{msg} Known: {found or 'none'}. Lives: {self._lives}.\n{self._show()}",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

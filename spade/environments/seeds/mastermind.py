@@ -57,9 +57,21 @@ class MastermindEnv:
       msg = f"{guess}: exact={exact} partial={partial}."
     if left <= 0:
       self._done = True
-      return f"{msg} Out of guesses; the code was {self._code}.", 0.0, False, True, {}
+      return (
+          f"{msg} Out of guesses; the code was {self._code}.",
+          0.0,
+          False,
+          True,
+          {},
+      )
     history = "; ".join(self._history[-10:])
-    return f"{msg} Guesses so far: {history}. {left} left.", 0.0, False, False, {}
+    return (
+        f"{msg} Guesses so far: {history}. {left} left.",
+        0.0,
+        False,
+        False,
+        {},
+    )
 
   def hint(self):
     return f"The first digit of the code is {self._code[0]}."

@@ -84,7 +84,9 @@ class MatrixRuleEnv:
     return f"The rule of this grid is: third = {self._grids[self._round][0]}."
 
   def solution(self):
-    return [f"\\boxed{{{rows[2][2]}}}" for _, rows in self._grids[self._round :]]
+    return [
+        f"\\boxed{{{rows[2][2]}}}" for _, rows in self._grids[self._round :]
+    ]
 
   def close(self):
     pass

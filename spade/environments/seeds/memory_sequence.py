@@ -10,10 +10,31 @@ def _boxed(action):
 
 
 _WORDS = [
-    "anchor", "barrel", "candle", "dagger", "easel", "falcon", "goblet",
-    "hammer", "igloo", "jigsaw", "kettle", "lantern", "magnet", "needle",
-    "oyster", "parrot", "quiver", "ribbon", "saddle", "trumpet", "urchin",
-    "violin", "walrus", "yacht", "zipper",
+    "anchor",
+    "barrel",
+    "candle",
+    "dagger",
+    "easel",
+    "falcon",
+    "goblet",
+    "hammer",
+    "igloo",
+    "jigsaw",
+    "kettle",
+    "lantern",
+    "magnet",
+    "needle",
+    "oyster",
+    "parrot",
+    "quiver",
+    "ribbon",
+    "saddle",
+    "trumpet",
+    "urchin",
+    "violin",
+    "walrus",
+    "yacht",
+    "zipper",
 ]
 
 
@@ -44,7 +65,9 @@ class MemorySequenceEnv:
     ), {}
 
   def _question(self):
-    return f"Which item was shown at position {self._questions[self._asked] + 1}?"
+    return (
+        f"Which item was shown at position {self._questions[self._asked] + 1}?"
+    )
 
   def step(self, action):
     if self._done:

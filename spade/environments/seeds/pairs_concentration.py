@@ -49,12 +49,17 @@ class PairsConcentrationEnv:
     self.turn_count += 1
     cmd = (_boxed(action) or "").split()
     ok = (
-        len(cmd) == 3 and cmd[0] == "flip" and cmd[1].isdigit()
+        len(cmd) == 3
+        and cmd[0] == "flip"
+        and cmd[1].isdigit()
         and cmd[2].isdigit()
     )
     i, j = (int(cmd[1]) - 1, int(cmd[2]) - 1) if ok else (-1, -1)
-    if not ok or i == j or not (0 <= i < 10 and 0 <= j < 10) or (
-        {i, j} & self._gone
+    if (
+        not ok
+        or i == j
+        or not (0 <= i < 10 and 0 <= j < 10)
+        or ({i, j} & self._gone)
     ):
       msg = "Flip two different cards still on the table: \\boxed{flip A B}."
     else:
@@ -72,7 +77,10 @@ class PairsConcentrationEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg}\n{self._show()} Turns left: {self.max_turns - self.turn_count}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):
@@ -85,7 +93,9 @@ class PairsConcentrationEnv:
     for i in range(10):
       if i in self._gone or i in seen:
         continue
-      j = [k for k in range(10) if k != i and self._cards[k] == self._cards[i]][0]
+      j = [k for k in range(10) if k != i and self._cards[k] == self._cards[i]][
+          0
+      ]
       seen |= {i, j}
       plan.append(f"\\boxed{{flip {i + 1} {j + 1}}}")
     return plan

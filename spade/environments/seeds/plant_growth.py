@@ -59,7 +59,11 @@ class PlantGrowthEnv:
       return "The game is over.", 0.0, True, False, {}
     self.turn_count += 1
     cmd = (_boxed(action) or "").split()
-    if len(cmd) == 5 and cmd[0] == "test" and all(c in "01" and c for c in cmd[1:]):
+    if (
+        len(cmd) == 5
+        and cmd[0] == "test"
+        and all(c in "01" and c for c in cmd[1:])
+    ):
       bits = [c == "1" for c in cmd[1:]]
       grows = self._grows(bits)
       self._log.append(f"{' '.join(cmd[1:])} -> {'grows' if grows else 'no'}")
@@ -71,7 +75,10 @@ class PlantGrowthEnv:
         return "Correct causal rule!", 1.0, True, False, {}
       return (
           f"Wrong: it was {want[0]} {self._rule} {want[1]}.",
-          0.0, True, False, {},
+          0.0,
+          True,
+          False,
+          {},
       )
     else:
       msg = "Reply \\boxed{test a b c d} or \\boxed{answer F1 F2 RULE}."
@@ -81,7 +88,10 @@ class PlantGrowthEnv:
     return (
         f"{msg} Results: {'; '.join(self._log)}. Turns left:"
         f" {self.max_turns - self.turn_count}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

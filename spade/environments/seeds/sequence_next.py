@@ -82,7 +82,10 @@ class SequenceNextEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Sequence: {self._shown()} Lives: {self._lives}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

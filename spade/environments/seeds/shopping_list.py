@@ -10,8 +10,22 @@ def _boxed(action):
 
 
 _GOODS = [
-    "apples", "bread", "cheese", "eggs", "flour", "grapes", "honey", "jam",
-    "lemons", "milk", "nuts", "olives", "pears", "rice", "salt", "tea",
+    "apples",
+    "bread",
+    "cheese",
+    "eggs",
+    "flour",
+    "grapes",
+    "honey",
+    "jam",
+    "lemons",
+    "milk",
+    "nuts",
+    "olives",
+    "pears",
+    "rice",
+    "salt",
+    "tea",
 ]
 
 
@@ -48,7 +62,12 @@ class ShoppingListEnv:
     if not self._open:
       self._open = True
       msg = "You are in the shop."
-    elif len(cmd) == 3 and cmd[0] == "buy" and cmd[1].isdigit() and cmd[2] in _GOODS:
+    elif (
+        len(cmd) == 3
+        and cmd[0] == "buy"
+        and cmd[1].isdigit()
+        and cmd[2] in _GOODS
+    ):
       self._cart[cmd[2]] = self._cart.get(cmd[2], 0) + int(cmd[1])
       msg = f"Added {cmd[1]} {cmd[2]}."
     elif cmd == ["checkout"]:
@@ -65,7 +84,10 @@ class ShoppingListEnv:
         f"{msg} Goods: {', '.join(_GOODS)}. Buy with \\boxed{{buy 2 milk}},"
         f" finish with \\boxed{{checkout}}. Cart: {len(self._cart)} kinds."
         f" Turns left: {self.max_turns - self.turn_count}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

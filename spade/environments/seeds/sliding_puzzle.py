@@ -104,7 +104,10 @@ class SlidingPuzzleEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Moves left: {self._budget - self._moves}.\n{self._show()}",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

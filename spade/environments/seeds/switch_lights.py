@@ -35,7 +35,9 @@ class SwitchLightsEnv:
     ), {}
 
   def _show(self):
-    return " ".join(f"{l}={'on' if v else 'off'}" for l, v in self._lamps.items())
+    return " ".join(
+        f"{l}={'on' if v else 'off'}" for l, v in self._lamps.items()
+    )
 
   def step(self, action):
     if self._done:
@@ -58,7 +60,10 @@ class SwitchLightsEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Turns left: {self.max_turns - self.turn_count}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

@@ -75,7 +75,10 @@ class TowerOfHanoiEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Moves left: {self._budget - self._moves}.\n{self._show()}",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

@@ -11,8 +11,22 @@ def _boxed(action):
 
 _TRAITS = ["flies", "swims", "furry", "large"]
 _CREATURES = [
-    "zorb", "quill", "mallow", "tink", "brack", "snoot", "fennel", "glim",
-    "hask", "jorp", "kelm", "lurk", "nibb", "plov", "rusk", "veem",
+    "zorb",
+    "quill",
+    "mallow",
+    "tink",
+    "brack",
+    "snoot",
+    "fennel",
+    "glim",
+    "hask",
+    "jorp",
+    "kelm",
+    "lurk",
+    "nibb",
+    "plov",
+    "rusk",
+    "veem",
 ]
 
 
@@ -72,7 +86,10 @@ class TwentyQuestionsEnv:
     return (
         f"{msg} Answers so far: {'; '.join(self._asked)}."
         f" {self.max_turns - self.turn_count} turns left.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):

@@ -107,7 +107,10 @@ class WaterJugsEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
         f"{msg} Goal {self._goal}. Actions left: {self._budget - self._used}.",
-        0.0, False, False, {},
+        0.0,
+        False,
+        False,
+        {},
     )
 
   def hint(self):
