@@ -276,3 +276,63 @@ def test_27b_scales_queries_by_embed_over_heads():
   c = _config("gemma3_27b_tpu")
   assert c.model.query_scale == c.model.embed_dim / c.model.num_heads == 168
   assert c.model.head_dim == 128
+
+
+@pytest.mark.parametrize("size", ["1b", "4b", "12b", "27b"])
+def test_gemma3_configs_match_the_model_shape_table(size):
+  # The configs keep their own table so the launcher needs no JAX; this keeps
+  # it equal to the model package's.
+  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+
+  c = _config(f"gemma3_{size}_tpu")
+  for key, value in transformer.gemma3_shapes(size).items():
+    assert c.model[key] == value, key
+
+
+# Trunk parameters (embedding + layers, without the two role heads) of the
+# published Gemma 3 text models: 1B exactly, the others to 3 digits.
+_TRUNK_PARAMS = {"1b": 999_885_952, "4b": 3.88e9, "12b": 11.77e9, "27b": 27.0e9}
+
+
+@pytest.mark.parametrize("size", ["1b", "4b", "12b", "27b"])
+def test_gemma3_pod_configs_have_the_published_size(size):
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+
+  c = _config(f"gemma3_{size}_tpu")
+  model = transformer.build_model(c.model)
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  # Shapes only: no memory, no compilation.
+  shapes = jax.eval_shape(
+      lambda r: model.init(r, tokens, tokens, transformer.Role.DESIGNER),
+      jax.random.key(0),
+  )
+  params = nn.unbox(shapes["params"])
+  total = sum(x.size for x in jax.tree_util.tree_leaves(params))
+  heads = sum(x.size for x in jax.tree_util.tree_leaves(params["heads"]))
+  trunk = total - heads
+  if isinstance(_TRUNK_PARAMS[size], int):
+    assert trunk == _TRUNK_PARAMS[size]
+  else:
+    assert trunk == pytest.approx(_TRUNK_PARAMS[size], rel=2e-3)
+
+
+def test_runlocal_builds_and_shards_on_8_cpu_devices():
+  import jax  # pylint: disable=g-import-not-at-top
+  from spade.model import sharding  # pylint: disable=g-import-not-at-top
+  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+
+  c = _config("gemma3_1b_tpu", "runlocal")
+  assert jax.device_count() == 8
+  mesh = sharding.make_mesh(c.mesh)
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
+  params = transformer.init_params(c.model, jax.random.key(0))
+  placed = sharding.shard_params(params, mesh, c.mesh.rules)
+  leaves = jax.tree_util.tree_leaves(placed)
+  assert sum(x.size for x in leaves) == sum(
+      x.size for x in jax.tree_util.tree_leaves(params)
+  )
+  # Some parameter is split across devices, not just replicated.
+  assert any(x.sharding.shard_shape(x.shape) != x.shape for x in leaves)
