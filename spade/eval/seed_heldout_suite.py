@@ -75,8 +75,23 @@ class SeedHeldoutSuite:
   name = "seed_heldout"
   needs_pool = True
 
-  def __init__(self, eval_config, *, max_turns: int | None = None):
+  def __init__(
+      self,
+      eval_config,
+      *,
+      max_turns: int | None = None,
+      programs: list[Any] | None = None,
+  ):
+    """Configures the suite.
+
+    Args:
+      eval_config: `config.eval` (see `runner.eval_config`).
+      max_turns: overrides `eval_config.max_turns`.
+      programs: objects with `name` and `source` to play instead of the
+        library's held-out programs (tests, ad-hoc evaluations).
+    """
     self.seed = int(eval_config.seed)
+    self._programs = programs
     turns = max_turns if max_turns is not None else eval_config.max_turns
     if turns <= 0:
       raise registry.EvalError(
@@ -88,7 +103,7 @@ class SeedHeldoutSuite:
 
   def episodes(self, num_examples: int) -> list[tuple[str, str, int]]:
     """(program name, source, seed) of each episode, in a fixed order."""
-    programs = heldout_programs()
+    programs = self._programs or heldout_programs()
     return [
         (
             programs[i % len(programs)].name,
