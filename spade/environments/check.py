@@ -1,0 +1,123 @@
+"""Checks environment programs in the sandbox and prints one verdict each.
+
+  python -m spade.environments.check [--json] [--backend gvisor|bwrap|none]
+      FILE...
+
+Every file is validated (`validator.validate_program`) inside the sandbox
+pool; a broken or hostile file yields its own verdict and never stops the
+others. With --json, each line is one JSON object with at least file, valid,
+reason and message. The exit status is 0 when every file is valid, 1 when
+any is not, 2 when the sandbox cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from spade.environments import contract
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(
+      prog="python -m spade.environments.check",
+      description="Validate environment programs inside the sandbox.",
+  )
+  p.add_argument("files", nargs="+", metavar="FILE", help="program files")
+  p.add_argument("--json", action="store_true", help="one JSON line a file")
+  p.add_argument(
+      "--backend",
+      default="gvisor",
+      choices=("gvisor", "bwrap", "none"),
+      help="sandbox backend (none: trusted code only)",
+  )
+  p.add_argument("--num-sandboxes", type=int, default=2)
+  p.add_argument(
+      "--timeout",
+      type=float,
+      default=30.0,
+      help="hard deadline of one validation, seconds",
+  )
+  p.add_argument("--seed", type=int, default=0, help="episode seed checked")
+  p.add_argument("--smoke-steps", type=int, default=contract.SMOKE_STEPS)
+  return p.parse_args(argv)
+
+
+def _read(path: str) -> tuple[str | None, dict | None]:
+  """The file's text, or a verdict saying why it could not be read."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return f.read(), None
+  except (OSError, UnicodeDecodeError) as e:
+    return None, {
+        "valid": False,
+        "reason": "unreadable",
+        "message": f"cannot read the file: {e}",
+    }
+
+
+def check_files(
+    paths: list[str],
+    pool,
+    *,
+    seed: int = 0,
+    smoke_steps: int = contract.SMOKE_STEPS,
+) -> list[dict]:
+  """Validates files in `pool`; returns one verdict (with "file") each."""
+  verdicts: list[dict | None] = []
+  sources, where = [], []
+  for i, path in enumerate(paths):
+    text, failure = _read(path)
+    verdicts.append(failure)
+    if text is not None:
+      sources.append(text)
+      where.append(i)
+  if sources:
+    results = pool.validate(
+        sources, seed=seed, smoke_steps=smoke_steps, filename="<env>"
+    )
+    for i, verdict in zip(where, results):
+      verdicts[i] = verdict
+  return [{"file": path, **v} for path, v in zip(paths, verdicts)]
+
+
+def _line(v: dict) -> str:
+  if v["valid"]:
+    extra = " (hint)" if v.get("has_hint") else ""
+    if v.get("solution_replayed"):
+      extra += f" (solution wins in {v.get('solution_steps')} steps)"
+    return f"{v['file']}: ok {v.get('class_name', '')}{extra}"
+  return f"{v['file']}: INVALID [{v['reason']}] {v['message']}"
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the CLI; returns the exit status."""
+  args = _parse(argv)
+  # Imported here so that --help works without the sandbox's dependencies.
+  from spade.sandbox import SandboxError  # pylint: disable=g-import-not-at-top
+  from spade.sandbox import SandboxPool  # pylint: disable=g-import-not-at-top
+
+  try:
+    pool = SandboxPool(
+        args.backend,
+        num_sandboxes=max(1, min(args.num_sandboxes, len(args.files))),
+        validate_timeout_s=args.timeout,
+        warm_spare=False,
+    )
+  except SandboxError as e:
+    print(
+        f"cannot start the sandbox ({e.reason}): {e.message}", file=sys.stderr
+    )
+    return 2
+  with pool:
+    verdicts = check_files(
+        args.files, pool, seed=args.seed, smoke_steps=args.smoke_steps
+    )
+  for v in verdicts:
+    print(json.dumps(v) if args.json else _line(v), flush=True)
+  return 0 if all(v["valid"] for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
