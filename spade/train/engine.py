@@ -23,7 +23,6 @@ from typing import Any, Sequence
 
 from absl import logging
 import jax
-from jax.experimental import multihost_utils
 import ml_collections
 import numpy as np
 
@@ -102,6 +101,7 @@ class Engine:
           pad_id=self.tokenizer.pad_id,
           stop_ids=tuple(self.tokenizer.stop_ids),
           mesh=self.mesh,
+          rules=self.rules,
       )
     return self._samplers[role]
 
@@ -138,15 +138,7 @@ class Engine:
         top_k=c.sampling.top_k,
         top_p=c.sampling.top_p,
     )
-    tokens = np.asarray(
-        multihost_utils.process_allgather(out.tokens, tiled=True)
-    )
-    logprobs = np.asarray(
-        multihost_utils.process_allgather(out.logprobs, tiled=True)
-    )
-    lengths = np.asarray(
-        multihost_utils.process_allgather(out.lengths, tiled=True)
-    )
+    tokens, logprobs, lengths = out.tokens, out.logprobs, out.lengths
     results = []
     for i in range(n):
       ids = tokens[i, : lengths[i]].tolist()
@@ -205,6 +197,14 @@ class Engine:
         min_rows=batch_axes,
     )
 
+  def _global(self, batch):
+    """Host batches (identical on every process) -> global device arrays."""
+    sh = self.update_step.batch_sharding
+    return jax.tree.map(
+        lambda x: jax.make_array_from_callback(x.shape, sh, lambda i: x[i]),
+        batch,
+    )
+
   def update(
       self,
       agent_rows: list[batching.Row],
@@ -223,7 +223,7 @@ class Engine:
     while self._delayed and self._delayed[0][0] + delay <= iteration:
       due.extend(self._delayed.popleft()[1])
     batch = {"agent": self._batch(agent_rows), "designer": self._batch(due)}
-    self.state, metrics = self.update_step(self.state, batch)
+    self.state, metrics = self.update_step(self.state, self._global(batch))
     out = {k: float(v) for k, v in jax.device_get(metrics).items()}
     out["update/agent_rows"] = float(len(agent_rows))
     out["update/designer_rows"] = float(len(due))
@@ -273,7 +273,7 @@ class Engine:
           "agent": self._batch(pick(agent_rows)),
           "designer": self._batch(pick(designer_rows)),
       }
-      self.state, metrics = self._sft_step(self.state, batch)
+      self.state, metrics = self._sft_step(self.state, self._global(batch))
       logging.info(
           "warm start %d/%d: %s", step + 1, steps, jax.device_get(metrics)
       )
