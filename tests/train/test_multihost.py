@@ -17,7 +17,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 CONFIG = "configs/tiny.py:smoke"
 TIMEOUT_S = 900
 # Cross-process all-reduces may sum in another order than on one host.
@@ -129,19 +131,21 @@ def test_one_process_equals_two_processes(tmp_path):
   two = str(tmp_path / "two")
   _run([(_command(one), _env(8), str(tmp_path / "one.log"))])
   port = _free_port()
-  _run([
-      (
-          _command(
-              two,
-              f"--coordinator_address=127.0.0.1:{port}",
-              "--num_processes=2",
-              f"--process_id={i}",
-          ),
-          _env(4),
-          str(tmp_path / f"two_{i}.log"),
-      )
-      for i in range(2)
-  ])
+  _run(
+      [
+          (
+              _command(
+                  two,
+                  f"--coordinator_address=127.0.0.1:{port}",
+                  "--num_processes=2",
+                  f"--process_id={i}",
+              ),
+              _env(4),
+              str(tmp_path / f"two_{i}.log"),
+          )
+          for i in range(2)
+      ]
+  )
   rows_one, rows_two = _metrics(one), _metrics(two)
   assert len(rows_one) == 1 and rows_one[0]["step"] == 1
   # The smoke run plays at least one environment with and without a hint.
