@@ -113,3 +113,33 @@ def abstract_like(state: Any) -> Any:
     return x
 
   return jax.tree.map(leaf, state)
+
+
+def latest_params(config, workdir: str) -> Any | None:
+  """The parameters of the newest usable checkpoint in `workdir`, or None.
+
+  For evaluation and tools: restores the state item without a target (host
+  arrays in their saved layout) and returns its `params`; a step that fails
+  to read is skipped with a warning, as in `restore_latest`.
+  """
+  directory = os.path.join(workdir, CHECKPOINT_DIR)
+  if not os.path.isdir(directory):
+    return None
+  manager = make_manager(workdir, keep=config.train.keep_checkpoints)
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      restored = manager.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore())
+      )
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning(
+          "checkpoint step %d in %s is unreadable (%s); trying the previous"
+          " one",
+          step,
+          directory,
+          type(e).__name__,
+      )
+      continue
+    state = restored.state
+    return state["params"] if isinstance(state, dict) else state.params
+  return None

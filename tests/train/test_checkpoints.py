@@ -53,3 +53,16 @@ def test_round_trip_and_fallback(tmp_path):
 def test_empty_workdir_has_nothing(tmp_path):
   manager = checkpoints.make_manager(str(tmp_path))
   assert checkpoints.restore_latest(manager, _state(0)) is None
+
+
+def test_latest_params_reads_newest(tmp_path):
+  from spade import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  manager = checkpoints.make_manager(str(tmp_path))
+  assert (
+      checkpoints.latest_params(config_lib.base_config(), str(tmp_path)) is None
+  )
+  for step in (1, 2):
+    checkpoints.save(manager, step, _state(step), {})
+  params = checkpoints.latest_params(config_lib.base_config(), str(tmp_path))
+  np.testing.assert_array_equal(np.asarray(params["w"]), np.full((4, 3), 2.0))
