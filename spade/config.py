@@ -171,15 +171,25 @@ def base_config() -> ConfigDict:
   c.memory.replay_fraction = 0.0
   c.memory.replay_temperature = 1.0
   c.memory.staleness_coef = 0.3
+  # Capacity policy: past `capacity`, evict invalid entries (oldest first),
+  # then the lowest latest-regret valid one; never the `keep_recent` newest.
+  c.memory.keep_recent = 32
+  c.memory.mutation_pool = 8  # mutation parents: the top-N by regret
 
   c.grounding = ConfigDict()
   c.grounding.enabled = True
   c.grounding.source = (
       "builtin"  # "builtin" | "jsonl" | "text" | "tfds" | "seqio"
   )
-  c.grounding.path = ""
+  c.grounding.path = ""  # jsonl/text: file, dir or glob; tfds: data_dir
   c.grounding.name = ""
-  c.grounding.max_words = 200
+  c.grounding.max_words = 200  # reference: 6000 (games), 4000 (tool use)
+  c.grounding.seed = 0  # sampling order; the cursor is in the checkpoint
+  c.grounding.split = "train"  # tfds / seqio split
+  c.grounding.text_key = "text"  # jsonl field / tfds or seqio feature
+  c.grounding.title_key = "title"
+  c.grounding.module = ""  # seqio: module to import that registers the task
+  c.grounding.max_documents = 0  # per process; 0: all
 
   c.eval = ConfigDict()
   c.eval.every = 0  # 0: no in-loop evaluation
