@@ -336,3 +336,15 @@ def test_runlocal_builds_and_shards_on_8_cpu_devices():
   )
   # Some parameter is split across devices, not just replicated.
   assert any(x.sharding.shard_shape(x.shape) != x.shape for x in leaves)
+
+
+def test_xm_requirements_when_xmanager_is_installed():
+  # Runs where the [launch] extra is installed (not in the default CI set).
+  xm = pytest.importorskip("xmanager.xm")
+  plan = xl.build_jobs(
+      "configs/tiny.py", [], xl.parse_tpu("v5p-32"), "gs://b/r", validate=False
+  )
+  req = xl.xm_requirements(xm, plan["jobs"][0])
+  assert req.accelerator == xm.ResourceType.TPU_V5P
+  assert req.topology == xm.Topology("2x2x4")
+  assert req.replicas == 4
