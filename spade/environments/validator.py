@@ -352,6 +352,14 @@ SMOKE_ACTIONS = (
 )
 
 
+def _same(a: Any, b: Any) -> bool:
+  """Equality that survives values whose == is not a bool (numpy arrays)."""
+  try:
+    return bool(a == b)
+  except Exception:  # pylint: disable=broad-except
+    return repr(a) == repr(b)
+
+
 def _is_bool(x: Any) -> bool:
   # numpy.bool_ is not a bool subclass; generated code often returns one.
   return isinstance(x, bool) or type(x).__name__ == "bool_"
@@ -476,6 +484,25 @@ class _Run:
     self._check_obs(obs, f"the observation of {what}")
     return obs, reward, bool(terminated), bool(truncated), info
 
+  def _smoke(self, env) -> list[tuple]:
+    """Feeds `SMOKE_ACTIONS`; returns (obs, reward, terminated, truncated)s."""
+    record = []
+    for i in range(self.smoke_steps):
+      action = SMOKE_ACTIONS[i % len(SMOKE_ACTIONS)]
+      out = self._step(env, action, f"step({action!r}) (smoke step {i + 1})")
+      record.append(out[:4])
+      if out[2] or out[3]:
+        break
+    return record
+
+  def _not_deterministic(self, what: str) -> _Failure:
+    return _Failure(
+        "determinism",
+        f"two instances reset with seed={self.seed} gave different {what};"
+        " the episode must depend on the seed only: draw every random choice"
+        " from random.Random(seed) (or call random.seed(seed)) in reset()",
+    )
+
   def run(self) -> None:
     """Runs every check; fills `self.result`."""
     verdict = static_check(self.source)
@@ -489,55 +516,53 @@ class _Run:
     self.result["description"] = inspect.cleandoc(cls.__doc__ or "")
     if not self.result["description"]:
       self.result["warnings"].append("the class has no docstring")
+    reset_what = f"reset(seed={self.seed})"
 
+    # Episodes are played one after the other, never interleaved: programs
+    # in the reference style seed the shared global `random` in reset().
     env = self._call("init", f"{cls.__name__}()", cls)
-    first = self._reset(env, self.seed, f"reset(seed={self.seed})")
+    first = self._reset(env, self.seed, reset_what)
+    played = self._smoke(env)
+    self.result["smoke_steps"] = len(played)
 
     other = self._call("init", f"a second {cls.__name__}()", cls)
-    again = self._reset(other, self.seed, f"reset(seed={self.seed})")
-    if again != first:
-      raise _Failure(
-          "determinism",
-          f"two instances reset with seed={self.seed} gave different first"
-          " observations; draw every random choice from random.Random(seed)"
-          " (or call random.seed(seed)) in reset()",
-      )
-    self._call("step", "close()", getattr(other, "close", lambda: None))
+    if self._reset(other, self.seed, reset_what) != first:
+      raise self._not_deterministic("first observations")
+    if self._smoke(other) != played:
+      raise self._not_deterministic("answers to the same smoke actions")
 
-    # Smoke steps: arbitrary replies must never crash the program.
-    for i in range(self.smoke_steps):
-      action = SMOKE_ACTIONS[i % len(SMOKE_ACTIONS)]
-      _, _, terminated, truncated, _ = self._step(
-          env, action, f"step({action!r}) (smoke step {i + 1})"
-      )
-      self.result["smoke_steps"] = i + 1
-      if terminated or truncated:
-        break
-
-    replayed = self._reset(env, self.seed, f"a second reset(seed={self.seed})")
-    if replayed != first:
+    if self._reset(env, self.seed, reset_what) != first:
       raise _Failure(
           "determinism",
           f"reset(seed={self.seed}) after some steps gave a different"
           " observation than the first reset with that seed; reset() must"
           " rebuild the whole episode from the seed",
       )
-
     hint = getattr(env, "hint", None)
+    solution = getattr(env, "solution", None)
+    text = self._call("hint", "hint()", hint) if callable(hint) else None
+    plan = (
+        self._call("solution", "solution()", solution)
+        if callable(solution)
+        else None
+    )
+    self._reset(other, self.seed, reset_what)
     if callable(hint):
-      text = self._call("hint", "hint()", hint)
+      if not _same(self._call("hint", "hint()", other.hint), text):
+        raise self._not_deterministic("hints")
       if not isinstance(text, str):
         raise _Failure(
             "hint", f"hint() must return a str, got {type(text).__name__}"
         )
       self._check_obs(text, "the hint")
-      self.result["has_hint"] = True
-      self.result["hint"] = text
-
-    solution = getattr(env, "solution", None)
+      self.result.update(has_hint=True, hint=text)
     if callable(solution):
+      if not _same(self._call("solution", "solution()", other.solution), plan):
+        raise self._not_deterministic("solutions")
+      self._reset(env, self.seed, reset_what)
       self._check_solution(env, solution)
-    self._call("step", "close()", getattr(env, "close", lambda: None))
+    for e in (env, other):
+      self._call("step", "close()", getattr(e, "close", lambda: None))
     self.result.update(valid=True, reason="ok", message="ok")
 
   def _check_solution(self, env, solution) -> None:
@@ -662,6 +687,14 @@ def validate_program(
   except RecursionError as e:
     run.result.update(
         valid=False, reason="crash", message=f"RecursionError: {e}"
+    )
+  except Exception as e:  # pylint: disable=broad-except
+    # A value the checks could not handle (e.g. a str subclass whose
+    # methods raise): refuse the program rather than fail the caller.
+    run.result.update(
+        valid=False,
+        reason="crash",
+        message=f"validation stopped on {type(e).__name__}: {e}",
     )
   finally:
     if alarm:

@@ -1,0 +1,167 @@
+"""The runtime: prelude, reference-format programs, ToolUseBaseEnv, loader."""
+
+import json
+import os
+
+import pytest
+
+from spade.environments import runtime
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def _fixture(name):
+  with open(os.path.join(FIXTURES, name), encoding="utf-8") as f:
+    return f.read()
+
+
+def _call(name, **arguments):
+  payload = json.dumps({"name": name, "arguments": arguments})
+  return f"<tool_call>{payload}</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def tool_env():
+  env = runtime.load_program(_fixture("reference_tool_use.py"))()
+  env.reset(seed=3)
+  return env
+
+
+def test_prelude_binds_the_reference_names():
+  names = runtime.prelude()
+  for name in (
+      "random",
+      "re",
+      "math",
+      "json",
+      "itertools",
+      "collections",
+      "deque",
+      "defaultdict",
+      "Counter",
+      "Tuple",
+      "Optional",
+      "copy",
+      "string",
+      "functools",
+      "heapq",
+      "dataclass",
+      "np",
+      "ToolUseBaseEnv",
+  ):
+    assert name in names, name
+  assert names["deque"] is __import__("collections").deque
+  assert names["np"].__name__ == "numpy"
+
+
+def test_program_that_forgot_its_imports_loads():
+  source = (
+      "class CountEnv:\n"
+      "  def reset(self, seed=None):\n"
+      "    q = deque([1, 2]); c = Counter('aab')\n"
+      "    return f'{len(q)} {c[\"a\"]} {math.floor(2.5)}', {}\n"
+  )
+  env = runtime.load_program(source)()
+  assert env.reset() == ("2 2 2", {})
+
+
+def test_reference_game_fixture_plays_and_wins():
+  cls = runtime.load_program(_fixture("reference_game.py"))
+  assert cls.__name__ == "HiddenSumGameEnv"
+  env = cls()
+  obs, info = env.reset(seed=5)
+  assert "\\boxed{ab}" in obs and info == {}
+  answer = env.solution()
+  obs, reward, terminated, truncated, _ = env.step("\\boxed{ab}")
+  assert obs.startswith("ab = ") and reward == 0.0 and not terminated
+  # math_verify's equivalence: "137.0" matches "137".
+  out = env.step(f"I think \\boxed{{{answer}.0}}")
+  assert out == ("Correct!", 1.0, True, False, {})
+
+
+def test_tool_use_fixture_schema(tool_env):
+  assert isinstance(tool_env, runtime.ToolUseBaseEnv)
+  tools = {t["function"]["name"]: t for t in tool_env.get_tools()}
+  assert set(tools) == {"list_warehouses", "get_stock"}
+  assert tools["get_stock"]["type"] == "function"
+  params = tools["get_stock"]["function"]["parameters"]
+  assert params["required"] == ["warehouse", "product"]
+
+
+def test_tool_use_protocol(tool_env):
+  env = tool_env
+  env.reset(seed=3)
+  obs, reward, term, trunc, _ = env.step(_call("list_warehouses"))
+  assert obs == 'Tool result:\n["east", "north", "south"]'
+  assert (reward, term, trunc) == (0.0, False, False)
+  total = 0
+  for w in ("east", "north", "south"):
+    obs, *_ = env.step(_call("get_stock", warehouse=w, product=env._product))
+    total += int(obs.split("\n")[1])
+  assert len(env._call_history) == 4
+  assert env.step("no tags at all")[1] == pytest.approx(-0.1)
+  assert env.step("<tool_call>{not json</tool_call>")[1] == pytest.approx(-0.1)
+  obs, reward, *_ = env.step(_call("delete_everything"))
+  assert reward == 0.0 and "Available: list_warehouses, get_stock" in obs
+  obs, reward, *_ = env.step("<answer>-1</answer>")
+  assert (obs, reward) == ("Incorrect. Keep using tools.", 0.0)
+  # Tolerant numeric match: "$1,234.00" style answers count.
+  assert env._check_answer(f"${total:,}.00")
+  assert env.step(f"<answer>{total}</answer>") == (
+      "Correct!",
+      1.0,
+      True,
+      False,
+      {},
+  )
+
+
+def test_tool_use_truncation_reveals_the_solution():
+  env = runtime.load_program(_fixture("reference_tool_use.py"))(max_turns=2)
+  env.reset(seed=0)
+  env.step(_call("list_warehouses"))
+  obs, reward, term, trunc, _ = env.step("<answer>nope</answer>")
+  assert (reward, term, trunc) == (0.0, False, True)
+  assert "Solution:" in obs and env._expected_answer in obs
+
+
+def test_execute_tool():
+  env = runtime.load_program(_fixture("reference_tool_use.py"))()
+  out = env.execute_tool("list_warehouses", {})
+  assert out == {"output": '["east", "north", "south"]', "returncode": 0}
+  assert env.execute_tool("nope", {})["returncode"] == 1
+
+
+def test_import_of_the_base_module_works_as_upstream():
+  source = (
+      "from tool_use_base_env import ToolUseBaseEnv\n"
+      "class EchoEnv(ToolUseBaseEnv):\n"
+      "  def reset(self, seed=None):\n"
+      "    self._expected_answer = '7'\n"
+      "    return 'say 7', {}\n"
+  )
+  env = runtime.load_program(source)()
+  assert env.step("<answer>7.001</answer>")[1] == 1.0
+
+
+def test_own_base_class_is_skipped():
+  source = (
+      "class GameBaseEnv:\n  pass\n" "class RealEnv(GameBaseEnv):\n  pass\n"
+  )
+  assert runtime.load_program(source).__name__ == "RealEnv"
+
+
+@pytest.mark.parametrize(
+    "source,reason",
+    [
+        ("class BrokenEnv(:\n  pass\n", "syntax"),
+        ("raise ValueError('boom')\n", "load"),
+        ("class Helper:\n  pass\n", "no_env_class"),
+        ("class AEnv:\n  pass\nclass BEnv:\n  pass\n", "many_env_classes"),
+    ],
+)
+def test_program_errors(source, reason):
+  with pytest.raises(runtime.ProgramError) as e:
+    runtime.load_program(source)
+  assert e.value.reason == reason
+  assert e.value.message
