@@ -4,16 +4,25 @@ import pytest
 
 from spade import config as config_lib
 from spade.eval import responder as responder_lib
+from spade.eval import runner
 from spade.model import checkpoints
 
 
-@pytest.fixture(scope="module")
-def model():
+def _config():
   config = config_lib.base_config()
   config.eval.batch_size = 4
   config.eval.max_new_tokens = 8
-  params = checkpoints.initial_params(config)
-  return responder_lib.ModelResponder(config, params)
+  return config
+
+
+@pytest.fixture(scope="module")
+def params():
+  return checkpoints.initial_params(_config())
+
+
+@pytest.fixture(scope="module")
+def model(params):
+  return responder_lib.ModelResponder(_config(), params)
 
 
 def test_greedy_replies_are_deterministic_and_batched(model):
@@ -37,3 +46,22 @@ def test_long_prompts_are_cut_to_the_budget(model):
   assert isinstance(reply, str)
   # agent.max_context (768) binds before model.max_len - 8 (1016).
   assert model.max_prompt_tokens == 768
+
+
+@pytest.mark.slow  # new prompt-length buckets compile the sampler again
+def test_run_suites_returns_eval_metrics(params, tmp_path):
+  config = _config()
+  config.eval.suites = ("reasoning_gym", "tool_use")
+  config.eval.num_examples = 2
+  config.eval.bfcl_download = False  # the own held-out set: offline
+  config.eval.bfcl_cache_dir = str(tmp_path)
+  metrics = runner.run_suites(config, params, None, 3)
+  assert sorted(metrics) == ["eval/reasoning_gym", "eval/tool_use"]
+  assert all(0.0 <= v <= 1.0 for v in metrics.values())
+
+
+def test_max_new_tokens_must_leave_room_for_a_prompt(params):
+  config = _config()
+  config.eval.max_new_tokens = config.model.max_len
+  with pytest.raises(Exception, match="leaves no room"):
+    responder_lib.ModelResponder(config, params)
