@@ -22,6 +22,7 @@ only; never chosen implicitly).
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import json
 import logging
@@ -499,6 +500,8 @@ class SandboxPool:
 
   def bwrap_command(self) -> list[str]:
     """bubblewrap flags equivalent to the gVisor bundle (minus the kernel)."""
+    # No --die-with-parent: it fires when the *thread* that started bwrap
+    # ends (sandboxes start in threads); the worker exits at EOF instead.
     cmd = [
         "bwrap",
         "--unshare-pid",
@@ -506,7 +509,6 @@ class SandboxPool:
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
-        "--die-with-parent",
         "--new-session",
         "--ro-bind",
         "/usr",
@@ -712,6 +714,13 @@ class SandboxPool:
     """
     with self._lock:
       self._check_open()
+      options = dict(options)
+      if _validator_accepts("time_budget_s"):
+        # The validator's own budget ends before the worker's hard deadline,
+        # so a slow program gets a "timeout" verdict with its context.
+        options.setdefault(
+            "time_budget_s", max(1.0, 0.8 * self.validate_timeout_s)
+        )
       verdicts: list[dict | None] = [None] * len(sources)
       per: dict[_Sandbox, list[dict]] = {}
       where: dict[_Sandbox, list[int]] = {}
@@ -955,6 +964,13 @@ class SandboxPool:
         self.close()
       except Exception:  # pylint: disable=broad-except
         pass
+
+
+def _validator_accepts(name: str) -> bool:
+  """Whether validate_program takes keyword `name` (stdlib-only import)."""
+  from spade.environments import validator  # pylint: disable=g-import-not-at-top
+
+  return name in inspect.signature(validator.validate_program).parameters
 
 
 def _clean_step(r: Any) -> dict:

@@ -113,29 +113,34 @@ def _isolate(opts, uid, home, keep):
   return out
 
 
-def _send(fd, obj, limit):
-  """Child side: one framed JSON message; an oversized one becomes an error."""
+def _send(fd, obj, limit, seq=None):
+  """Child side: one framed JSON message; an oversized one becomes an error.
+
+  `seq` echoes the request's sequence number, so an answer can never be
+  taken for the answer to another request.
+  """
   try:
     data = json.dumps(obj, allow_nan=False).encode("utf-8", "surrogatepass")
   except (TypeError, ValueError) as e:
-    data = json.dumps(
-        {
-            "ok": False,
-            "reason": "bad_result",
-            "message": f"the result is not JSON-serialisable: {e}"[:2000],
-        }
-    ).encode()
+    obj = {
+        "ok": False,
+        "reason": "bad_result",
+        "message": f"the result is not JSON-serialisable: {e}"[:2000],
+    }
+    data = json.dumps(obj).encode()
   if len(data) > limit:
-    data = json.dumps(
-        {
-            "ok": False,
-            "reason": "result_too_large",
-            "message": (
-                f"the result has {len(data)} bytes, over the {limit}-byte cap;"
-                " return shorter observations"
-            ),
-        }
-    ).encode()
+    obj = {
+        "ok": False,
+        "reason": "result_too_large",
+        "message": (
+            f"the result has {len(data)} bytes, over the {limit}-byte cap;"
+            " return shorter observations"
+        ),
+    }
+    data = json.dumps(obj).encode()
+  if seq is not None:
+    # Appended last so the size check above counts only the program's data.
+    data = data[:-1] + b', "seq": ' + str(int(seq)).encode() + b"}"
   view = memoryview(_LEN.pack(len(data)) + data)
   while view:
     n = os.write(fd, view)
@@ -213,6 +218,7 @@ def _env_server(rfd, wfd, limit):
     if msg is None:
       os._exit(0)
     op = msg.get("op")
+    seq = msg.get("seq")
     try:
       if op == "create":
         from spade.environments import runtime  # pylint: disable=g-import-not-at-top
@@ -226,6 +232,7 @@ def _env_server(rfd, wfd, limit):
               wfd,
               {"ok": False, "reason": e.reason, "message": e.message},
               limit,
+              seq,
           )
           continue
         env = cls(**(msg.get("kwargs") or {}))
@@ -237,12 +244,14 @@ def _env_server(rfd, wfd, limit):
                 "description": (cls.__doc__ or "").strip()[:4000],
             },
             limit,
+            seq,
         )
       elif env is None:
         _send(
             wfd,
             {"ok": False, "reason": "no_env", "message": "not created"},
             limit,
+            seq,
         )
       elif op == "reset":
         out = env.reset(seed=msg.get("seed"))
@@ -257,6 +266,7 @@ def _env_server(rfd, wfd, limit):
             wfd,
             {"ok": True, "obs": out[0], "info": _jsonable(out[1] or {})},
             limit,
+            seq,
         )
       elif op == "step":
         out = env.step(msg["action"])
@@ -284,24 +294,30 @@ def _env_server(rfd, wfd, limit):
                 "info": _jsonable(info or {}),
             },
             limit,
+            seq,
         )
       elif op == "call":
         name = msg["method"]
         if not isinstance(name, str) or name.startswith("_"):
           raise AttributeError(f"method {name!r} may not be called")
         value = getattr(env, name)(*msg.get("args", []))
-        _send(wfd, {"ok": True, "value": _jsonable(value)}, limit)
+        _send(wfd, {"ok": True, "value": _jsonable(value)}, limit, seq)
       elif op == "close":
         if hasattr(env, "close"):
           env.close()
-        _send(wfd, {"ok": True}, limit)
+        _send(wfd, {"ok": True}, limit, seq)
         os._exit(0)
       else:
-        _send(wfd, {"ok": False, "reason": "bad_op", "message": str(op)}, limit)
+        _send(
+            wfd,
+            {"ok": False, "reason": "bad_op", "message": str(op)},
+            limit,
+            seq,
+        )
     except BaseException as e:  # pylint: disable=broad-except
       if isinstance(e, SystemExit):
         os._exit(e.code if isinstance(e.code, int) else 1)
-      _send(wfd, _error(e), limit)
+      _send(wfd, _error(e), limit, seq)
 
 
 def _validate_child(wfd, source, options, limit):
@@ -367,6 +383,7 @@ class _Child:
     self.outbuf = None  # bytes still to write to the child
     self.errfd = None  # stderr of a program run
     self.errbuf = bytearray()
+    self.seq = None  # sequence number of the last request (env children)
     self.dead = None  # (reason, message) once it cannot answer any more
 
 
@@ -527,6 +544,8 @@ class Worker:
 
   def _write(self, child, obj):
     """Queues a framed message; what the pipe takes now is written now."""
+    child.seq = (child.seq or 0) + 1
+    obj["seq"] = child.seq
     data = json.dumps(obj).encode("utf-8", "surrogatepass")
     child.outbuf = memoryview(_LEN.pack(len(data)) + data)
     os.set_blocking(child.wfd, False)
@@ -573,9 +592,17 @@ class Worker:
                 "the environment wrote extra data on its result channel",
             )
           try:
-            return json.loads(body)
+            msg = json.loads(body)
           except ValueError as e:
             raise _Dead("bad_result", f"unreadable result: {e}") from e
+          if not isinstance(msg, dict):
+            raise _Dead("bad_result", "the result is not an object")
+          if child.seq is not None and msg.pop("seq", None) != child.seq:
+            raise _Dead(
+                "protocol",
+                "the environment answered out of turn (forged result)",
+            )
+          return msg
     return None
 
   # --- request execution ---
