@@ -220,7 +220,7 @@ display(Code(source, language="python"))
 PLAY = """\
 from spade.sandbox import pool as pool_lib
 
-TURNS = 3
+TURNS = 6
 with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
   handle = pool.create(source)
   observation, info = pool.reset(handle, seed=0)
