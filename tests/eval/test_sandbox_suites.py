@@ -69,14 +69,10 @@ def _programs(*names):
   return out
 
 
-def test_seed_heldout_scores_planted_answers(config, scripted, pool):
-  config.eval.max_turns = 40
-  programs = _programs("grid_maze", "order_lookup", "hangman")
-  suite = seed_heldout_suite.SeedHeldoutSuite(
-      runner.eval_config(config), programs=programs
-  )
+def _solution_plans(suite, pool, num_examples):
+  """First observation -> the environment's own winning actions."""
   plans = {}
-  for name, source, seed in suite.episodes(4):
+  for _, source, seed in suite.episodes(num_examples):
     handle = pool.create(source)
     observation, _ = pool.reset(handle, seed)
     if "ToolUseBaseEnv" in source:
@@ -90,6 +86,17 @@ def test_seed_heldout_scores_planted_answers(config, scripted, pool):
   def replay(messages):
     played = sum(1 for m in messages if m["role"] == "assistant")
     return plans[messages[1]["content"]][played]
+
+  return replay
+
+
+def test_seed_heldout_scores_planted_answers(config, scripted, pool):
+  config.eval.max_turns = 40
+  programs = _programs("grid_maze", "order_lookup", "hangman")
+  suite = seed_heldout_suite.SeedHeldoutSuite(
+      runner.eval_config(config), programs=programs
+  )
+  replay = _solution_plans(suite, pool, 4)
 
   lines = []
   result = suite.run(scripted(replay), num_examples=4, pool=pool,
@@ -123,3 +130,21 @@ def test_seed_heldout_records_a_broken_environment(config, scripted, pool):
   assert result.items[0].score == 0.0
   assert "error=" in lines[0] and "broken/seed1234" in lines[0]
   assert "error=" not in lines[1]
+
+
+def test_library_heldout_programs_replay_to_full_score(config, scripted, pool):
+  """The library's held-out seeds, as the CLI plays them, solved and not."""
+  config.eval.max_turns = 60
+  suite = runner.build("seed_heldout", config)
+  names = [p.name for p in seed_heldout_suite.heldout_programs()]
+  assert len(names) >= 4
+  replay = _solution_plans(suite, pool, len(names))
+  lines = []
+  result = suite.run(scripted(replay), num_examples=len(names), pool=pool,
+                     log=lines.append)  # fmt: skip
+  assert [i.score for i in result.items] == [1.0] * len(names), lines
+  assert result.info["environments"] == sorted(names)
+  wrong = scripted(lambda m: "\\boxed{zzz} <answer>zzz</answer>")
+  result = suite.run(wrong, num_examples=len(names), pool=pool,
+                     log=lambda _: None)  # fmt: skip
+  assert result.score == 0.0
