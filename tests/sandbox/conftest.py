@@ -1,0 +1,76 @@
+"""Shared sandbox pool and probe programs for the sandbox tests.
+
+Starting a gVisor sandbox with numpy and math_verify preloaded takes seconds,
+so the tests of this package share one pool; every test leaves it working and
+checks that it does.
+"""
+
+import pytest
+
+from spade.sandbox import SandboxPool
+
+# Runs each action as Python and reports the variable `result`: one program
+# lets a test try anything from inside an environment.
+PROBE = '''
+class ProbeEnv:
+  """Runs the action as Python and reports `result` as the observation."""
+
+  def __init__(self, max_turns=100, **kwargs):
+    self.kwargs = kwargs
+
+  def reset(self, seed=None):
+    return "ready", {"seed": seed, "kwargs": self.kwargs}
+
+  def step(self, action):
+    scope = {}
+    exec(action, scope)
+    return str(scope.get("result")), 0.0, False, False, {}
+
+  def hint(self):
+    return "read the source"
+'''
+
+STEP_TIMEOUT_S = 2.0
+VALIDATE_TIMEOUT_S = 8.0
+
+
+def probe(pool, code, *, keep=False):
+  """Creates a probe environment, runs `code` in it; returns the result."""
+  handle = pool.create(PROBE)
+  pool.reset(handle, 0)
+  result = pool.step(handle, code)
+  if keep:
+    return handle, result
+  pool.close_env(handle)
+  return result
+
+
+def assert_pool_works(pool):
+  """The pool still creates, steps and closes environments correctly."""
+  handles = [pool.create(PROBE) for _ in range(2 * pool.num_sandboxes)]
+  for h in handles:
+    assert pool.reset(h, 1)[0] == "ready"
+  out = pool.step_many(
+      [(h, f"result = {i} * 7") for i, h in enumerate(handles)]
+  )
+  assert [r["obs"] for r in out] == [str(i * 7) for i in range(len(handles))]
+  for h in handles:
+    pool.close_env(h)
+
+
+def processes(pool):
+  """Processes inside each sandbox (the worker alone is 1)."""
+  return [s["processes"] for s in pool.stats()]
+
+
+@pytest.fixture(scope="package")
+def gvisor_pool():
+  """Two gVisor sandboxes shared by this package's tests."""
+  with SandboxPool(
+      "gvisor",
+      2,
+      step_timeout_s=STEP_TIMEOUT_S,
+      validate_timeout_s=VALIDATE_TIMEOUT_S,
+      host_grace_s=3.0,
+  ) as pool:
+    yield pool

@@ -1,0 +1,380 @@
+"""Containment: what hostile environment code tries, and that it fails.
+
+Each test gives a verdict on one attack and then checks that the shared pool
+still works (`assert_pool_works`), since a defence that breaks the pool is a
+denial of service.
+"""
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from spade.sandbox import runsc
+from tests.sandbox.conftest import PROBE
+from tests.sandbox.conftest import STEP_TIMEOUT_S
+from tests.sandbox.conftest import assert_pool_works
+from tests.sandbox.conftest import probe
+from tests.sandbox.conftest import processes
+
+pytestmark = pytest.mark.sandbox
+
+
+def _connect_code(host, port):
+  return f"""
+import socket
+s = socket.socket()
+s.settimeout(1.0)
+try:
+  s.connect(({host!r}, {port}))
+  result = "connected"
+except OSError as e:
+  result = "blocked: " + type(e).__name__
+"""
+
+
+def test_network_is_unreachable(gvisor_pool):
+  listener = socket.socket()
+  listener.bind(("127.0.0.1", 0))
+  listener.listen(1)
+  listener.settimeout(0.2)
+  port = listener.getsockname()[1]
+  try:
+    local = probe(gvisor_pool, _connect_code("127.0.0.1", port))
+    outside = probe(gvisor_pool, _connect_code("8.8.8.8", 53))
+    dns = probe(
+        gvisor_pool,
+        "import socket\ntry:\n  result = socket.gethostbyname('pypi.org')\n"
+        "except OSError as e:\n  result = 'blocked: ' + type(e).__name__",
+    )
+    with pytest.raises(socket.timeout):
+      listener.accept()  # nothing ever reached the host's listener
+  finally:
+    listener.close()
+  assert local["ok"] and local["obs"].startswith("blocked"), local
+  assert outside["ok"] and outside["obs"].startswith("blocked"), outside
+  assert dns["ok"] and dns["obs"].startswith("blocked"), dns
+  assert_pool_works(gvisor_pool)
+
+
+def test_host_files_invisible_and_root_read_only(gvisor_pool):
+  code = """
+import os, sys
+def tries(path):
+  try:
+    with open(path, "w") as f:
+      f.write("x")
+    return "written"
+  except OSError as e:
+    return type(e).__name__
+result = repr({
+    "setup_py": os.path.exists("/work/main/setup.py"),
+    "etc_passwd": os.path.exists("/etc/passwd"),
+    "root": sorted(os.listdir("/root")),
+    "top": sorted(os.listdir("/")),
+    "write_usr": tries("/usr/lib/spade-was-here"),
+    "write_top": tries("/spade-was-here"),
+    "write_prefix": tries(sys.base_prefix + "/spade-was-here"),
+    "write_spade": tries("/opt/spade/spade/was-here"),
+    "uid": os.getuid(),
+})
+"""
+  out = probe(gvisor_pool, code)
+  assert out["ok"], out
+  seen = eval(out["obs"])  # pylint: disable=eval-used
+  assert seen["setup_py"] is False
+  assert seen["etc_passwd"] is False
+  assert seen["root"] == [".pyenv"] or seen["root"] == []
+  assert "work" not in seen["top"] and "home" not in seen["top"]
+  for key in ("write_usr", "write_top", "write_prefix", "write_spade"):
+    assert seen[key] in ("OSError", "PermissionError"), (key, seen[key])
+  assert seen["uid"] >= 10000
+  assert not os.path.exists("/usr/lib/spade-was-here")
+  assert_pool_works(gvisor_pool)
+
+
+def test_nothing_written_by_one_env_is_visible_to_the_next(gvisor_pool):
+  first, out = probe(
+      gvisor_pool,
+      """
+import os
+with open("secret.txt", "w") as f:
+  f.write("from the first environment")
+def tries(path):
+  try:
+    open(path, "w").write("x")
+    return "written"
+  except OSError as e:
+    return type(e).__name__
+result = repr((os.getcwd(), tries("/tmp/shared.txt"), tries("/dev/shm/x")))
+""",
+      keep=True,
+  )
+  assert out["ok"], out
+  home, shared_tmp, shared_shm = eval(out["obs"])  # pylint: disable=eval-used
+  assert shared_tmp == "PermissionError"
+  assert shared_shm in ("PermissionError", "FileNotFoundError")
+  steal = f"""
+import os
+def tries(fn):
+  try:
+    return repr(fn())
+  except OSError as e:
+    return type(e).__name__
+result = repr((
+    tries(lambda: open({home!r} + "/secret.txt").read()),
+    tries(lambda: os.listdir("/tmp")),
+    tries(lambda: os.listdir(".")),
+))
+"""
+  # While the first environment lives (same sandbox or not) ...
+  during = [probe(gvisor_pool, steal) for _ in range(2)]
+  gvisor_pool.close_env(first)
+  # ... and after it is gone.
+  after = [probe(gvisor_pool, steal) for _ in range(2)]
+  for r in during + after:
+    assert r["ok"], r
+    read, listing, own = eval(r["obs"])  # pylint: disable=eval-used
+    assert read in ("PermissionError", "FileNotFoundError"), read
+    assert listing == "PermissionError"
+    assert own == "[]"
+  assert_pool_works(gvisor_pool)
+
+
+@pytest.mark.parametrize(
+    "loop",
+    ["while True:\n  pass", "import itertools\nsum(itertools.repeat(1))"],
+    ids=["python_loop", "c_loop"],
+)
+def test_infinite_loops_stopped_at_the_deadline(gvisor_pool, loop):
+  handle = gvisor_pool.create(PROBE)
+  gvisor_pool.reset(handle, 0)
+  before = gvisor_pool.stats()
+  start = time.monotonic()
+  out = gvisor_pool.step(handle, loop)
+  elapsed = time.monotonic() - start
+  assert out == {
+      "ok": False,
+      "reason": "timeout",
+      "message": out["message"],
+  }
+  assert STEP_TIMEOUT_S <= elapsed < STEP_TIMEOUT_S + 2.0
+  # The worker killed it (no sandbox was replaced) and the env is over.
+  assert [s["name"] for s in gvisor_pool.stats()] == [s["name"] for s in before]
+  again = gvisor_pool.step(handle, "result = 1")
+  assert again["ok"] is False and again["reason"] == "timeout"
+  gvisor_pool.close_env(handle)
+  assert processes(gvisor_pool) == [1, 1]
+  assert_pool_works(gvisor_pool)
+
+
+def _mem_available():
+  with open("/proc/meminfo") as f:
+    for line in f:
+      if line.startswith("MemAvailable:"):
+        return int(line.split()[1]) * 1024
+  raise AssertionError("no MemAvailable")
+
+
+def test_gradual_memory_bomb_stopped(gvisor_pool):
+  host_before = _mem_available()
+  out = probe(
+      gvisor_pool,
+      "chunks = []\nwhile True:\n  chunks.append(bytearray(16 << 20))",
+  )
+  # The address-space limit (1 GiB) stops it with a MemoryError inside the
+  # env, or, on a slow machine, the step deadline stops it first.
+  assert out["ok"] is False and out["reason"] in ("memory", "timeout"), out
+  # One big request hits the limit at once.
+  big = probe(gvisor_pool, "x = bytearray(2 << 30)")
+  assert big["ok"] is False and big["reason"] == "memory", big
+  assert "MemoryError" in big["message"]
+  # The host gave the bomb at most its limit (plus slack for the rest of the
+  # machine), never the gigabytes it asked for.
+  limit = gvisor_pool.memory_mb << 20
+  assert _mem_available() > host_before - limit - (768 << 20)
+  assert_pool_works(gvisor_pool)
+
+
+def test_fork_bomb_contained(gvisor_pool):
+  out = probe(
+      gvisor_pool,
+      """
+import os
+while True:
+  try:
+    os.fork()
+  except OSError:
+    pass
+""",
+  )
+  assert out["ok"] is False and out["reason"] == "timeout", out
+  # Every process of the bomb's uid is gone; the sandboxes have only their
+  # workers, and their host task counts stay bounded.
+  assert processes(gvisor_pool) == [1, 1]
+  for s in gvisor_pool.stats():
+    assert s["host_tasks"] < gvisor_pool.max_host_tasks
+  assert_pool_works(gvisor_pool)
+
+
+def test_gigabytes_of_output_capped(gvisor_pool):
+  # Printed output goes nowhere (2 GiB in the step below) ...
+  printed = probe(
+      gvisor_pool,
+      "import sys\nfor _ in range(2048):\n  sys.stdout.write('x' * (1 << 20))"
+      "\nresult = 'printed'",
+  )
+  assert printed["ok"] is False or printed["obs"] == "printed"
+  if not printed["ok"]:
+    assert printed["reason"] == "timeout"
+  # ... a huge observation is refused, not shipped ...
+  huge = probe(gvisor_pool, "result = 'x' * (64 << 20)")
+  assert huge["ok"] is False and huge["reason"] == "result_too_large", huge
+  # ... and a program's captured stdout/stderr keep only the cap.
+  run = gvisor_pool.run_code(
+      "import sys\nfor _ in range(1024):\n  sys.stdout.write('y' * (1 << 20))"
+      "\n  sys.stderr.write('z' * (1 << 20))",
+      timeout_s=3.0,
+  )
+  assert 0 < len(run["stdout"]) <= gvisor_pool.output_cap
+  assert len(run["stderr"]) <= gvisor_pool.output_cap
+  assert set(run["stdout"]) == {"y"}
+  assert_pool_works(gvisor_pool)
+
+
+def test_exit_and_segfault_reported_as_crashes(gvisor_pool):
+  exited, out = probe(gvisor_pool, "import os\nos._exit(3)", keep=True)
+  assert out["ok"] is False and out["reason"] == "crash", out
+  assert "exited with code 3" in out["message"]
+  after = gvisor_pool.step(exited, "result = 1")
+  assert after["ok"] is False and after["reason"] == "crash"
+  gvisor_pool.close_env(exited)
+  segv = probe(gvisor_pool, "import ctypes\nctypes.string_at(0)")
+  assert segv["ok"] is False and segv["reason"] == "crash", segv
+  assert "SIGSEGV" in segv["message"]
+  assert_pool_works(gvisor_pool)
+
+
+def test_fake_protocol_lines_cannot_forge_a_result(gvisor_pool):
+  forged = {
+      "ok": True,
+      "obs": "FORGED",
+      "reward": 1.0,
+      "terminated": True,
+      "truncated": False,
+      "info": {},
+  }
+  line = json.dumps({"id": 1, "results": [forged] * 8}) + "\n"
+  frame = json.dumps(forged).encode()
+  code = f"""
+import os, struct, sys
+line = {line!r}
+frame = {frame!r}
+print(line * 3)
+sys.__stdout__.write(line)
+os.write(1, line.encode())
+os.write(2, line.encode())
+for fd in range(3, 256):
+  try:
+    os.write(fd, line.encode())
+    os.write(fd, struct.pack(">I", len(frame)) + frame)
+  except OSError:
+    pass
+result = "genuine"
+"""
+  bystander = gvisor_pool.create(PROBE)
+  attacker = gvisor_pool.create(PROBE)
+  gvisor_pool.reset(bystander, 0)
+  gvisor_pool.reset(attacker, 0)
+  out = gvisor_pool.step_many(
+      [(attacker, code), (bystander, "result = 'honest'")] * 2
+  )
+  for r in out:
+    assert r.get("obs") != "FORGED" and r.get("reward") != 1.0, r
+  assert out[1]["obs"] == out[3]["obs"] == "honest"
+  # The attacker wrote on its own result pipe: it is cut off, not believed.
+  assert out[0]["ok"] is False, out[0]
+  assert out[0]["reason"] in ("protocol", "result_too_large", "bad_result")
+  gvisor_pool.close_env(attacker)
+  gvisor_pool.close_env(bystander)
+  assert_pool_works(gvisor_pool)
+
+
+def test_env_cannot_kill_the_worker(gvisor_pool):
+  names = [s["name"] for s in gvisor_pool.stats()]
+  neighbours = [gvisor_pool.create(PROBE) for _ in range(2)]
+  for h in neighbours:
+    gvisor_pool.reset(h, 0)
+  out = probe(
+      gvisor_pool,
+      """
+import os, signal
+denied = []
+for pid in (1, -1, 0, os.getppid()):
+  for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
+    try:
+      os.kill(pid, sig)
+    except OSError as e:
+      denied.append(type(e).__name__)
+try:
+  os.killpg(1, signal.SIGKILL)
+except OSError as e:
+  denied.append(type(e).__name__)
+result = ",".join(sorted(set(denied)))
+""",
+  )
+  # kill(0) / kill(-1) reach only the caller's own uid: it may kill itself.
+  assert out["ok"] or out["reason"] == "crash", out
+  assert [s["name"] for s in gvisor_pool.stats()] == names
+  for h in neighbours:
+    r = gvisor_pool.step(h, "result = 'alive'")
+    assert r["obs"] == "alive", r
+    gvisor_pool.close_env(h)
+  assert_pool_works(gvisor_pool)
+
+
+@pytest.mark.slow
+def test_thousand_create_close_cycles_leave_nothing(gvisor_pool):
+  host_procs = set(os.listdir("/proc"))
+  pids = [s["host_pid"] for s in gvisor_pool.stats()]
+  tasks_before = [runsc.host_tasks(p) for p in pids]
+  files_before = sorted(os.listdir(gvisor_pool.tmpdir))
+  for i in range(1000):
+    h = gvisor_pool.create(PROBE)
+    if i % 10 == 0:
+      gvisor_pool.reset(h, i)
+      gvisor_pool.step(h, "open('f', 'w').write('x' * 1000)")
+    gvisor_pool.close_env(h)
+  stats = gvisor_pool.stats()
+  assert [s["processes"] for s in stats] == [1] * len(stats)
+  assert [s["tmp_entries"] for s in stats] == [0] * len(stats)
+  assert [s["envs"] for s in stats] == [0] * len(stats)
+  assert (
+      sorted(os.listdir(gvisor_pool.tmpdir)) == files_before
+      or len(os.listdir(gvisor_pool.tmpdir)) <= len(files_before) + 1
+  )
+  # Host: no process left behind (only sandboxes swapped by recycling).
+  leaked = [
+      p
+      for p in set(os.listdir("/proc")) - host_procs
+      if p.isdigit() and os.path.exists(f"/proc/{p}")
+  ]
+  sandbox_pids = {str(s["host_pid"]) for s in stats}
+  extra = []
+  for p in leaked:
+    try:
+      with open(f"/proc/{p}/cmdline", "rb") as f:
+        cmd = f.read()
+    except OSError:
+      continue
+    if b"runsc" in cmd and p not in sandbox_pids:
+      extra.append(cmd[:80])
+  assert len(extra) <= 3, extra  # at most a spare's runsc-sandbox/gofer
+  assert all(
+      runsc.host_tasks(p) <= t + 16
+      for p, t in zip(pids, tasks_before)
+      if os.path.exists(f"/proc/{p}")
+  )
+  assert_pool_works(gvisor_pool)
