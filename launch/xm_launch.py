@@ -32,7 +32,13 @@ Accelerator rules (Cloud TPU "supported configurations" pages):
 Multi-host: each host runs the same command; with more than one host the
 launcher adds `--num_processes=HOSTS`, and `spade.main` then calls
 `jax.distributed.initialize()`, which on Cloud TPU discovers the coordinator
-and this host's process id from the TPU metadata (no other flag needed).
+and this host's process id by itself (no other flag needed).
+
+Where: XManager builds and pushes the image (or `--image` names one). GPU
+jobs go to XManager's Vertex AI executor. TPU jobs become an Indexed Job (one
+pod per host) plus a headless Service on the current GKE cluster
+(`gke_manifests`), since XManager's open-source GKE executor neither requests
+TPUs nor starts one pod per host.
 """
 
 from __future__ import annotations
@@ -94,6 +100,14 @@ _GPU_KINDS = {
     "h100": ("H100", 8),
     "h200": ("H200", 8),
     "b200": ("B200", 8),
+}
+
+# GKE node label `cloud.google.com/gke-tpu-accelerator` per generation.
+_GKE_TPU = {
+    "v4": "tpu-v4-podslice",
+    "v5e": "tpu-v5-lite-podslice",
+    "v5p": "tpu-v5p-slice",
+    "v6e": "tpu-v6e-slice",
 }
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
@@ -460,6 +474,9 @@ def build_jobs(
       "executor": "gke" if accel.kind == "tpu" else "vertex",
       "xm_requirements": requirements,
   }
+  if accel.kind == "tpu":
+    image_path = image or "<the image XManager builds from this repository>"
+    job["gke"] = gke_manifests(job, image_path)
   return {"experiment_title": title, "jobs": [job]}
 
 
@@ -492,14 +509,95 @@ def xm_requirements(xm, job: dict[str, Any]):
   return xm.JobRequirements({resource: quantity}, replicas=replicas)
 
 
-def launch(plan: dict[str, Any]) -> None:
-  """Starts the planned jobs with XManager (packaging the image first)."""
+def gke_manifests(
+    job: dict[str, Any], image_path: str, namespace: str = "default"
+) -> list[dict[str, Any]]:
+  """Kubernetes objects that run a TPU job on a GKE TPU slice node pool.
+
+  An Indexed Job with one pod per host (`completions = parallelism = hosts`)
+  and a headless Service named like it: for such pods GKE sets
+  TPU_WORKER_ID and TPU_WORKER_HOSTNAMES, from which
+  `jax.distributed.initialize()` learns the coordinator and process id.
+
+  Args:
+    job: one job of a `build_jobs` plan, with a TPU accelerator.
+    image_path: the container image the pods run.
+    namespace: the Kubernetes namespace.
+
+  Returns:
+    [Service, Job] as plain dicts (the `kubernetes` client accepts them).
+  """
+  accel = job["accelerator"]
+  if accel["kind"] != "tpu":
+    raise LaunchError("gke_manifests is for TPU jobs")
+  name = _k8s_name(job["name"])
+  service = {
+      "apiVersion": "v1",
+      "kind": "Service",
+      "metadata": {"name": name, "namespace": namespace},
+      "spec": {"clusterIP": "None", "selector": {"job-name": name}},
+  }
+  container = {
+      "name": "spade",
+      "image": image_path,
+      "command": job["command"],
+      "workingDir": "/spade",
+      # 8476: JAX's coordinator; 8471: the TPU runtime between hosts.
+      "ports": [{"containerPort": 8476}, {"containerPort": 8471}],
+      # gVisor's runsc starts sandboxes inside the pod: it needs the
+      # privileges a container runtime has.
+      "securityContext": {"privileged": True},
+      "resources": {"limits": {"google.com/tpu": accel["per_host"]}},
+  }
+  k8s_job = {
+      "apiVersion": "batch/v1",
+      "kind": "Job",
+      "metadata": {"name": name, "namespace": namespace},
+      "spec": {
+          "completionMode": "Indexed",
+          "completions": job["hosts"],
+          "parallelism": job["hosts"],
+          "backoffLimit": 0,
+          "template": {
+              "metadata": {"labels": {"job-name": name}},
+              "spec": {
+                  "subdomain": name,
+                  "restartPolicy": "Never",
+                  "nodeSelector": {
+                      "cloud.google.com/gke-tpu-accelerator": _GKE_TPU[
+                          accel["type"]
+                      ],
+                      "cloud.google.com/gke-tpu-topology": (
+                          accel["topology"].split("_")[0]
+                      ),
+                  },
+                  "containers": [container],
+              },
+          },
+      },
+  }
+  return [service, k8s_job]
+
+
+def _k8s_name(title: str) -> str:
+  """A DNS-1123 label: lower case, digits and '-', at most 63 characters."""
+  name = re.sub(r"[^a-z0-9-]+", "-", title.lower()).strip("-")
+  return name[:63].rstrip("-") or "spade"
+
+
+def launch(plan: dict[str, Any], namespace: str = "default") -> None:
+  """Starts the planned job: XManager builds and pushes the image.
+
+  GPU jobs then run through XManager's Vertex AI executor. TPU jobs are
+  created on the current GKE cluster (kubectl's context) from
+  `gke_manifests`, because XManager's open-source GKE executor neither
+  requests TPUs nor runs one pod per host.
+  """
   xm, xm_local = _import_xmanager()
   (job,) = plan["jobs"]
   executor_cls = (
       xm_local.Kubernetes if job["executor"] == "gke" else xm_local.Vertex
   )
-  requirements = xm_requirements(xm, job)
   img = job["image"]
   if img["source"] == "prebuilt":
     spec = xm.Container(image_path=img["path"])
@@ -524,13 +622,32 @@ def launch(plan: dict[str, Any]) -> None:
             )
         ]
     )
-    experiment.add(
-        xm.Job(
-            executable=executable,
-            executor=executor_cls(requirements=requirements),
-        )
-    )
+    if job["executor"] == "gke":
+      _create_on_gke(gke_manifests(job, executable.image_path, namespace))
+    else:
+      experiment.add(
+          xm.Job(
+              executable=executable,
+              executor=executor_cls(requirements=xm_requirements(xm, job)),
+          )
+      )
     print(f"launched experiment {experiment.experiment_id}: {job['name']}")
+
+
+def _create_on_gke(manifests: list[dict[str, Any]]) -> None:
+  """Creates the objects with the `kubernetes` client (an XManager dep)."""
+  # pylint: disable=g-import-not-at-top
+  from kubernetes import client
+  from kubernetes import config as k8s_config
+
+  # pylint: enable=g-import-not-at-top
+  k8s_config.load_kube_config()
+  for obj in manifests:
+    namespace = obj["metadata"]["namespace"]
+    if obj["kind"] == "Service":
+      client.CoreV1Api().create_namespaced_service(namespace, obj)
+    else:
+      client.BatchV1Api().create_namespaced_job(namespace, obj)
 
 
 def _define_flags():
@@ -544,7 +661,7 @@ def _define_flags():
       ("tpu", None, "TPU slice, e.g. v5p-32, v4-8, v5e-16, v6e-8."),
       ("tpu_topology", None, "Slice shape instead of the size's default."),
       ("gpu", None, "GPU VM, e.g. h100:8."),
-      ("image", None, "Prebuilt image to run instead of building one."),
+      ("image", None, "Prebuilt image (repository at /spade) to run."),
       ("base_image", DEFAULT_BASE_IMAGE, "Base of the image built here."),
       ("experiment_title", None, "XManager experiment title."),
   ):

@@ -348,3 +348,52 @@ def test_xm_requirements_when_xmanager_is_installed():
   assert req.accelerator == xm.ResourceType.TPU_V5P
   assert req.topology == xm.Topology("2x2x4")
   assert req.replicas == 4
+
+
+def test_gke_manifests_one_pod_per_host_with_tpu_selectors():
+  plan = xl.build_jobs(
+      "configs/tiny.py",
+      ["--config.seed=3"],
+      xl.parse_tpu("v5p-32"),
+      "gs://b/r",
+      image="us-docker.pkg.dev/p/r/spade:1",
+  )
+  (job,) = plan["jobs"]
+  service, k8s_job = job["gke"]
+  assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+  name = service["metadata"]["name"]
+  assert name == "spade-tiny-v5p-32" == k8s_job["metadata"]["name"]
+  spec = k8s_job["spec"]
+  assert spec["completionMode"] == "Indexed"
+  assert spec["completions"] == spec["parallelism"] == 4
+  pod = spec["template"]["spec"]
+  assert pod["subdomain"] == name  # the headless service names the hosts
+  assert pod["nodeSelector"] == {
+      "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+      "cloud.google.com/gke-tpu-topology": "2x2x4",
+  }
+  (container,) = pod["containers"]
+  assert container["resources"]["limits"] == {"google.com/tpu": 4}
+  assert container["image"] == "us-docker.pkg.dev/p/r/spade:1"
+  assert container["command"] == job["command"]
+  assert container["command"][-1] == "--config.seed=3"
+
+
+def test_gke_manifests_single_host_v6e():
+  plan = xl.build_jobs(
+      "configs/tiny.py", [], xl.parse_tpu("v6e-8"), "gs://b/r", validate=False
+  )
+  _, k8s_job = plan["jobs"][0]["gke"]
+  pod = k8s_job["spec"]["template"]["spec"]
+  assert k8s_job["spec"]["completions"] == 1
+  assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == (
+      "tpu-v6e-slice"
+  )
+  assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x4"
+  assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": 8}
+  assert (
+      "gke"
+      not in xl.build_jobs(
+          "configs/tiny.py", [], xl.parse_gpu("h100:8"), "/w", validate=False
+      )["jobs"][0]
+  )
