@@ -613,17 +613,21 @@ def launch(plan: dict[str, Any], namespace: str = "default") -> None:
   with xm_local.create_experiment(
       experiment_title=plan["experiment_title"]
   ) as experiment:
-    [executable] = experiment.package(
-        [
-            xm.Packageable(
-                executable_spec=spec,
-                executor_spec=executor_cls.Spec(),
-                args=args,
-            )
-        ]
-    )
+    if job["executor"] == "gke" and img["source"] == "prebuilt":
+      image_path = img["path"]  # nothing to build or push
+    else:
+      [executable] = experiment.package(
+          [
+              xm.Packageable(
+                  executable_spec=spec,
+                  executor_spec=executor_cls.Spec(),
+                  args=args,
+              )
+          ]
+      )
+      image_path = getattr(executable, "image_path", None)
     if job["executor"] == "gke":
-      _create_on_gke(gke_manifests(job, executable.image_path, namespace))
+      _create_on_gke(gke_manifests(job, image_path, namespace))
     else:
       experiment.add(
           xm.Job(
