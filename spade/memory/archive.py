@@ -31,8 +31,9 @@ What the loop calls:
 Capacity policy (`config.memory.capacity`): when an add makes the archive
 larger than capacity, one entry is evicted: invalid entries first (oldest
 first), then the valid entry with the lowest latest regret (never played
-counts as 0; ties: oldest). The `keep_recent` newest entries and entries
-replayed in the current iteration are never evicted. An evicted program's AST
+counts as 0; ties: oldest). The `keep_recent` newest entries, the entry
+being added and entries replayed in the current iteration are not evicted
+(when every other entry is protected, the oldest goes). An evicted program's AST
 fingerprint is kept, so an exact (renamed) copy of it is still rejected.
 
 Disabled (`config.memory.enabled=False`, the paper's no-memory ablation):
@@ -168,6 +169,22 @@ def _reason(verdict: dict) -> str:
 
 def _words(text: str) -> set[str]:
   return {w for w in _WORDS.findall(text.lower()) if w not in _STOP}
+
+
+def _as_generator(rng) -> np.random.Generator:
+  """An int seed or a JAX key, as a NumPy generator (host-side draws)."""
+  if isinstance(rng, (int, np.integer)):
+    return np.random.default_rng(int(rng))
+  if isinstance(rng, jax.Array):
+    data = jax.random.key_data(rng) if _is_typed_key(rng) else rng
+    return np.random.default_rng(np.asarray(data).ravel().tolist())
+  raise TypeError(
+      f"rng must be an int seed or a JAX PRNG key, got {type(rng).__name__}"
+  )
+
+
+def _is_typed_key(x: jax.Array) -> bool:
+  return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _as_key(rng) -> jax.Array:
@@ -324,14 +341,16 @@ class Archive:
       self._slots[env_id] = slot
       self._replay = replay_lib.insert(self._replay, slot, 0.0, int(iteration))
     while len(self._entries) > self.config.capacity:
-      self._evict_one()
+      self._evict_one(keep=env_id)
     return env_id, None
 
-  def _evict_one(self) -> None:
+  def _evict_one(self, keep: str | None = None) -> None:
     ids = list(self._entries)
     protected = set(ids[len(ids) - self.config.keep_recent :])
     protected |= set(self._replayed_now[1])
-    candidates = [i for i in ids if i not in protected] or ids[:1]
+    protected.add(keep)
+    candidates = [i for i in ids if i not in protected]
+    candidates = candidates or [i for i in ids if i != keep][:1]
     invalid = [i for i in candidates if not self._entries[i].valid]
     if invalid:
       victim = invalid[0]
@@ -513,8 +532,7 @@ class Archive:
     w = (1.0 / np.arange(1, len(pool) + 1)) ** (
         1.0 / self.config.replay_temperature
     )
-    i = jax.random.choice(_as_key(rng), len(pool), p=w / w.sum())
-    return pool[int(i)]
+    return pool[int(_as_generator(rng).choice(len(pool), p=w / w.sum()))]
 
   # Metrics.
 

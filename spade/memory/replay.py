@@ -43,6 +43,7 @@ def init(capacity: int) -> ReplayState:
   )
 
 
+@jax.jit
 def insert(
     state: ReplayState, slot: int, score: float, iteration: int
 ) -> ReplayState:
@@ -54,6 +55,7 @@ def insert(
   )
 
 
+@jax.jit
 def remove(state: ReplayState, slot: int) -> ReplayState:
   """Empties `slot`."""
   return ReplayState(
@@ -63,6 +65,7 @@ def remove(state: ReplayState, slot: int) -> ReplayState:
   )
 
 
+@jax.jit
 def update(
     state: ReplayState, slot: int, score: float, iteration: int
 ) -> ReplayState:
@@ -73,6 +76,7 @@ def update(
   )
 
 
+@jax.jit
 def ranks(scores: jax.Array, valid: jax.Array) -> jax.Array:
   """1-based rank of each slot by descending score; invalid slots last."""
   keyed = jnp.where(valid, -scores, jnp.inf)
@@ -80,6 +84,7 @@ def ranks(scores: jax.Array, valid: jax.Array) -> jax.Array:
   return jnp.zeros_like(order).at[order].set(jnp.arange(1, len(order) + 1))
 
 
+@jax.jit
 def probabilities(
     state: ReplayState,
     iteration: int,
