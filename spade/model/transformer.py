@@ -276,23 +276,60 @@ def apply_rope(x: Array, positions: Array, base: float) -> Array:
   return out.astype(x.dtype)
 
 
+class Linear(nn.Module):
+  """x[..., *in] @ kernel[*in, *features] (+ bias[*features]).
+
+  Written out rather than `nn.DenseGeneral`, whose flattened kernel init
+  breaks multi-axis logical partitioning under a mesh.
+
+  Attributes:
+    features: output dimensions.
+    contract: how many trailing input dimensions are contracted.
+    use_bias: add a bias over the output dimensions.
+    cfg: the model config (dtypes).
+  """
+
+  features: tuple[int, ...]
+  contract: int
+  use_bias: bool
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    c, f = self.contract, len(self.features)
+    pdt = jnp.dtype(self.cfg.param_dtype)
+    init = nn.initializers.lecun_normal(
+        in_axis=tuple(range(c)), out_axis=tuple(range(c, c + f))
+    )
+    kernel = self.param(
+        "kernel",
+        _init(init, self.name, "kernel"),
+        tuple(x.shape[x.ndim - c :]) + tuple(self.features),
+        pdt,
+    )
+    dtype = jnp.dtype(self.cfg.dtype)
+    y = jax.lax.dot_general(
+        x.astype(dtype),
+        kernel.astype(dtype),
+        ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
+    )
+    if self.use_bias:
+      bias = self.param(
+          "bias",
+          _init(nn.initializers.zeros, self.name, "bias"),
+          tuple(self.features),
+          pdt,
+      )
+      y = y + bias.astype(dtype)
+    return y
+
+
 def _proj(
-    name: str, features, axis, cfg: ModelConfig, use_bias: bool = False
-) -> nn.DenseGeneral:
-  return nn.DenseGeneral(
-      features=features,
-      axis=axis,
-      use_bias=use_bias,
-      dtype=jnp.dtype(cfg.dtype),
-      param_dtype=jnp.dtype(cfg.param_dtype),
-      kernel_init=_init(nn.initializers.lecun_normal(), name, "kernel"),
-      bias_init=(
-          _init(nn.initializers.zeros, name, "bias")
-          if use_bias
-          else nn.initializers.zeros
-      ),
-      name=name,
-  )
+    name: str, features, contract: int, cfg: ModelConfig, use_bias=False
+) -> Linear:
+  if isinstance(features, int):
+    features = (features,)
+  return Linear(tuple(features), contract, use_bias, cfg, name=name)
 
 
 def _write_cache(
@@ -362,9 +399,9 @@ class Attention(nn.Module):
   ) -> tuple[Array, dict[str, Array] | None]:
     cfg = self.cfg
     n, kv, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    q = _proj("q_proj", (n, h), -1, cfg, cfg.qkv_bias)(x)
-    k = _proj("k_proj", (kv, h), -1, cfg, cfg.qkv_bias)(x)
-    v = _proj("v_proj", (kv, h), -1, cfg, cfg.qkv_bias)(x)
+    q = _proj("q_proj", (n, h), 1, cfg, cfg.qkv_bias)(x)
+    k = _proj("k_proj", (kv, h), 1, cfg, cfg.qkv_bias)(x)
+    v = _proj("v_proj", (kv, h), 1, cfg, cfg.qkv_bias)(x)
     q = _constrain(q, "batch", "length", "heads", "head_dim")
     k = _constrain(k, "batch", "length", "kv_heads", "head_dim")
     v = _constrain(v, "batch", "length", "kv_heads", "head_dim")
@@ -412,7 +449,7 @@ class Attention(nn.Module):
     out = jnp.einsum("bkgls,bskh->blkgh", probs, values)
     out = out.reshape(b, length, n, h)
     out = _constrain(out, "batch", "length", "heads", "head_dim")
-    y = _proj("o_proj", cfg.embed_dim, (-2, -1), cfg)(out)
+    y = _proj("o_proj", cfg.embed_dim, 2, cfg)(out)
     return y, new_cache
 
 
@@ -424,8 +461,8 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.cfg
-    gate = _proj("gate", cfg.mlp_dim, -1, cfg)(x)
-    up = _proj("up", cfg.mlp_dim, -1, cfg)(x)
+    gate = _proj("gate", cfg.mlp_dim, 1, cfg)(x)
+    up = _proj("up", cfg.mlp_dim, 1, cfg)(x)
     if cfg.mlp_activation == "gelu":
       act = nn.gelu(gate, approximate=True)
     elif cfg.mlp_activation == "silu":
@@ -436,7 +473,7 @@ class MLP(nn.Module):
           " 'silu'"
       )
     hidden = _constrain(act * up, "batch", "length", "mlp")
-    return _proj("down", cfg.embed_dim, -1, cfg)(hidden)
+    return _proj("down", cfg.embed_dim, 1, cfg)(hidden)
 
 
 class Block(nn.Module):

@@ -46,6 +46,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade import config as config_lib
+from spade.model import sharding
+
 Array = jax.Array
 
 # Vocabulary block size of the two-stage inverse-CDF draw.
@@ -82,6 +85,14 @@ def left_pad(
     out[i, length - len(row) :] = row
     lengths[i] = len(row)
   return out, lengths
+
+
+def bucket(n: int, minimum: int = 8) -> int:
+  """The smallest power of two >= max(n, minimum): bounds recompiles."""
+  size = minimum
+  while size < n:
+    size *= 2
+  return size
 
 
 def _categorical(key: Array, logits: Array) -> Array:
@@ -157,7 +168,8 @@ class Sampler:
     mesh: optional mesh; with it, inputs are batch-sharded and the model's
       logical constraints are active (params should come from
       `spade.model.sharding.shard_params`).
-    rules: the logical axis rules (`config.mesh.rules`), used with `mesh`.
+    rules: the logical axis rules used with `mesh`; empty means the default
+      `config.mesh.rules` of `spade.config.base_config()`.
   """
 
   tokens_to_logits: Callable[..., tuple[Array, Any]]
@@ -177,8 +189,8 @@ class Sampler:
   def __call__(
       self,
       params: Any,
-      prompts: np.ndarray,
-      prompt_lengths: np.ndarray,
+      prompts: np.ndarray | Sequence[Sequence[int]],
+      prompt_lengths: np.ndarray | None = None,
       *,
       max_new_tokens: int,
       rng: Array,
@@ -191,8 +203,10 @@ class Sampler:
 
     Args:
       params: the model parameters given to `tokens_to_logits`.
-      prompts: int32[B, L], left-padded (see `left_pad`).
-      prompt_lengths: int32[B], real tokens per row (>= 1).
+      prompts: int32[B, L], left-padded (see `left_pad`); or a list of token
+        lists, then left-padded here to a power-of-two length (>= 8) so that
+        few shapes compile.
+      prompt_lengths: int32[B], real tokens per row (>= 1); omit with lists.
       max_new_tokens: the most tokens any row generates (static).
       rng: a PRNG key; the same key gives the same samples.
       temperature: 0 for greedy.
@@ -203,6 +217,9 @@ class Sampler:
     Returns:
       A `SampleOutput` (see module docstring).
     """
+    if prompt_lengths is None:
+      longest = max((len(p) for p in prompts), default=1)
+      prompts, prompt_lengths = left_pad(prompts, bucket(longest), self.pad_id)
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
     b, length = prompts.shape
@@ -245,14 +262,13 @@ class Sampler:
     if self.mesh is None:
       out = self._compiled(*args, **static)
     else:
-      from spade.model import sharding  # pylint: disable=g-import-not-at-top
-
-      rows = sharding.logical_sharding(self.mesh, self.rules, "batch")
-      grid = sharding.batch_sharding(self.mesh, self.rules, 2)
+      rules = self.rules or config_lib.base_config().mesh.rules
+      rows = sharding.logical_sharding(self.mesh, rules, "batch")
+      grid = sharding.batch_sharding(self.mesh, rules, 2)
       args = args[:1] + tuple(
           jax.device_put(a, s) for a, s in zip(args[1:4], (grid, rows, rows))
       ) + args[4:]  # fmt: skip
-      with sharding.use_rules(self.mesh, self.rules):
+      with sharding.use_rules(self.mesh, rules):
         out = self._compiled(*args, **static)
     tokens, logprobs, lengths, finished = jax.device_get(out)
     return SampleOutput(

@@ -1,0 +1,299 @@
+"""The decoder: parameter tree, published sizes, norms, RoPE, cache, heads."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spade import config as config_lib
+from spade.model import transformer as T
+
+
+def _tiny(**overrides):
+  """The base tiny model with 3 layers: two sliding (window 4), one global."""
+  cfg = config_lib.base_config().model
+  cfg.num_layers = 3
+  cfg.sliding_window = 4
+  cfg.global_every = 3
+  cfg.update(overrides)
+  return cfg
+
+
+@pytest.fixture(scope="module")
+def gemma():
+  cfg = _tiny()
+  return T.build_model(cfg), T.init_params(cfg, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def forward(gemma):
+  """One jitted full forward (with mask) reused across tests."""
+  model, _ = gemma
+
+  @functools.partial(jax.jit, static_argnames="role")
+  def run(params, tokens, positions, mask, role):
+    return model.apply(
+        {"params": params}, tokens, positions, role, input_mask=mask
+    )[0]
+
+  def call(params, tokens, role=T.Role.AGENT, positions=None, mask=None):
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    if mask is None:
+      mask = jnp.ones(tokens.shape, bool)
+    return run(params, tokens, positions, mask, role)
+
+  return call
+
+
+@pytest.fixture(scope="module")
+def qwen():
+  cfg = _tiny(
+      family="qwen2",
+      sliding_window=0,
+      qk_norm=False,
+      qkv_bias=True,
+      mlp_activation="silu",
+      scale_embeddings=False,
+      rope_local_base=1e6,
+  )
+  return T.build_model(cfg), T.init_params(cfg, jax.random.key(1))
+
+
+def _shapes(tree):
+  return jax.tree.map(lambda x: tuple(x.shape), tree)
+
+
+def _count(tree):
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+
+
+def test_gemma_param_tree_follows_the_contract(gemma):
+  _, params = gemma
+  shapes = _shapes(params)
+  assert set(shapes) == {
+      "embedder", "layer_0", "layer_1", "layer_2", "final_norm", "heads"
+  }  # fmt: skip
+  assert shapes["embedder"] == {"input_embedding": (259, 64)}
+  assert shapes["heads"] == {
+      "designer": {"unembedding": (259, 64)},
+      "agent": {"unembedding": (259, 64)},
+  }
+  layer = shapes["layer_1"]
+  assert layer["attn"] == {
+      "q_proj": {"kernel": (64, 4, 16)},
+      "k_proj": {"kernel": (64, 2, 16)},
+      "v_proj": {"kernel": (64, 2, 16)},
+      "o_proj": {"kernel": (4, 16, 64)},
+      "q_norm": {"scale": (16,)},
+      "k_norm": {"scale": (16,)},
+  }
+  assert layer["mlp"] == {
+      "gate": {"kernel": (64, 128)},
+      "up": {"kernel": (64, 128)},
+      "down": {"kernel": (128, 64)},
+  }
+  assert set(layer) == {
+      "attn", "mlp", "pre_attention_norm", "post_attention_norm",
+      "pre_ffw_norm", "post_ffw_norm",
+  }  # fmt: skip
+  np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(64))
+  # Scratch heads are independent draws.
+  assert not np.allclose(
+      params["heads"]["designer"]["unembedding"],
+      params["heads"]["agent"]["unembedding"],
+  )
+
+
+def test_qwen_param_tree_has_biases_and_no_post_norms(qwen):
+  _, params = qwen
+  layer = _shapes(params)["layer_0"]
+  assert set(layer) == {"attn", "mlp", "pre_attention_norm", "pre_ffw_norm"}
+  assert layer["attn"] == {
+      "q_proj": {"kernel": (64, 4, 16), "bias": (4, 16)},
+      "k_proj": {"kernel": (64, 2, 16), "bias": (2, 16)},
+      "v_proj": {"kernel": (64, 2, 16), "bias": (2, 16)},
+      "o_proj": {"kernel": (4, 16, 64)},
+  }
+
+
+def test_published_sizes_give_published_parameter_counts():
+  """Gemma 3 270M has 268,098,176 parameters and Qwen2.5 0.5B 494,032,768.
+
+  Both are tied models; ours adds a second head, so subtract both heads and
+  count the input embedding once.
+  """
+  for shapes, expected in (
+      (T.gemma3_shapes("270m"), 268_098_176),
+      (T.qwen2_shapes("0.5b"), 494_032_768),
+  ):
+    cfg = config_lib.base_config().model
+    cfg.update(shapes)
+    model = T.build_model(cfg)
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    abstract = jax.eval_shape(
+        functools.partial(model.init, role=T.Role.AGENT),
+        jax.random.key(0),
+        tokens,
+        tokens,
+    )["params"]
+    total = _count(nn.unbox(abstract))
+    heads = 2 * cfg.vocab_size * cfg.embed_dim
+    assert total - heads == expected
+
+
+def test_gemma3_shapes_table():
+  s = T.gemma3_shapes("27b")
+  assert (s["num_layers"], s["embed_dim"], s["num_heads"]) == (62, 5376, 32)
+  assert (s["num_kv_heads"], s["head_dim"], s["mlp_dim"]) == (16, 128, 21504)
+  assert s["query_scale"] == 5376 / 32 and s["sliding_window"] == 1024
+  assert T.gemma3_shapes("1b")["mlp_dim"] == 6912
+  assert T.gemma3_shapes("4b")["num_kv_heads"] == 4
+  assert T.gemma3_shapes("12b")["embed_dim"] == 3840
+  with pytest.raises(ValueError, match="choose one of"):
+    T.gemma3_shapes("2b")
+
+
+def test_layer_kinds_and_rope_bases():
+  cfg = T.ModelConfig.from_config(T.gemma3_shapes("270m"))
+  kinds = [cfg.is_global(i) for i in range(18)]
+  assert [i for i, g in enumerate(kinds) if g] == [5, 11, 17]
+  assert cfg.rope_base(5) == 1e6 and cfg.rope_base(0) == 1e4
+  assert cfg.window(0) == 512 and cfg.window(5) == 0
+  assert T.cache_sizes(cfg, 100)[:6] == [100] * 6
+  assert T.cache_sizes(cfg, 2000)[:6] == [512] * 5 + [2000]
+  qwen = T.ModelConfig.from_config(T.qwen2_shapes())
+  assert all(qwen.is_global(i) for i in range(24))
+  with pytest.raises(ValueError, match="unknown model config keys"):
+    T.ModelConfig.from_config({"embed_dims": 3})
+
+
+def test_rmsnorm_matches_formula():
+  x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype(np.float32)
+  scale = np.linspace(0.5, 2.0, 8).astype(np.float32)
+  y = T.RMSNorm(1e-6, jnp.float32).apply({"params": {"scale": scale}}, x)
+  ref = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + 1e-6) * scale
+  np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_rope_is_rotate_half_and_relative():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
+  out = np.asarray(T.apply_rope(x, jnp.array([[3]]), 10_000.0))
+  freq = 10_000.0 ** (-np.arange(4) * 2 / 8)
+  c, s = np.cos(3 * freq), np.sin(3 * freq)
+  x1, x2 = x[..., :4], x[..., 4:]
+  ref = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+  # q.k depends on the position difference only.
+  q = rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
+
+  def dot(pq, pk):
+    rq = T.apply_rope(q, jnp.array([[pq]]), 100.0)
+    rk = T.apply_rope(x, jnp.array([[pk]]), 100.0)
+    return float(jnp.sum(rq * rk))
+
+  assert dot(7, 2) == pytest.approx(dot(15, 10), rel=1e-4)
+
+
+def test_cached_prefill_and_decode_match_full_forward(gemma, forward):
+  """Chunks of 3 and 6 (ring scatter and roll paths) then single steps.
+
+  The window (4) is shorter than the 12-token sequence, so every sliding
+  layer's ring buffer wraps.
+  """
+  model, params = gemma
+  tokens = jax.random.randint(jax.random.key(2), (2, 12), 0, 259)
+  full = forward(params, tokens)
+
+  @functools.partial(jax.jit, static_argnames="length")
+  def run(params, chunk, start, cache, length):
+    del length
+    pos = start + jnp.broadcast_to(jnp.arange(chunk.shape[1]), chunk.shape)
+    return model.apply(
+        {"params": params},
+        chunk,
+        pos,
+        T.Role.AGENT,
+        cache=cache,
+        cache_index=start,
+    )
+
+  for prefill in (3, 6):
+    cache = T.init_cache(model.cfg, 2, 12)
+    logits, cache = run(params, tokens[:, :prefill], 0, cache, prefill)
+    np.testing.assert_allclose(logits, full[:, :prefill], atol=1e-5)
+    for t in range(prefill, 12):
+      logits, cache = run(params, tokens[:, t : t + 1], t, cache, 1)
+      np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
+  # The sliding layers hold only the last 4 positions, in ring order.
+  assert cache["layer_0"]["k"].shape == (2, 4, 2, 16)
+  np.testing.assert_array_equal(cache["layer_0"]["pos"][0], [8, 9, 10, 11])
+  assert cache["layer_2"]["k"].shape == (2, 12, 2, 16)
+
+
+def test_padding_is_never_attended(gemma, forward):
+  """Row 1 is row 0 left-padded by 3: its real positions match row 0's."""
+  _, params = gemma
+  tokens = jax.random.randint(jax.random.key(3), (1, 12), 0, 259)
+  padded = jnp.concatenate([jnp.full((1, 3), 256), tokens[:, :9]], 1)
+  batch = jnp.concatenate([tokens, padded], 0)
+  mask = jnp.stack([jnp.ones(12, bool), jnp.arange(12) >= 3])
+  pos = jnp.stack([jnp.arange(12), jnp.maximum(jnp.arange(12) - 3, 0)])
+  out = forward(params, batch, positions=pos, mask=mask)
+  np.testing.assert_allclose(out[1, 3:], out[0, :9], atol=1e-5)
+
+
+def test_roles_select_separate_heads_over_a_shared_trunk(gemma, forward):
+  _, params = gemma
+  tokens = jnp.arange(24).reshape(2, 12)
+  agent = forward(params, tokens, T.Role.AGENT)
+  designer = forward(params, tokens, T.Role.DESIGNER)
+  assert not np.allclose(agent, designer)
+  same = dict(params)
+  same["heads"] = {
+      "designer": params["heads"]["agent"],
+      "agent": params["heads"]["agent"],
+  }
+  np.testing.assert_array_equal(forward(same, tokens, T.Role.DESIGNER), agent)
+
+
+def test_qwen_forward_decodes_with_cache(qwen):
+  model, params = qwen
+  tokens = jax.random.randint(jax.random.key(4), (1, 5), 0, 259)
+
+  @jax.jit
+  def run(params, tokens):
+    apply = functools.partial(
+        model.apply, {"params": params}, role=T.Role.AGENT
+    )
+    full = apply(tokens, jnp.arange(5)[None])[0]
+    cache = T.init_cache(model.cfg, 1, 5)
+    prefix, cache = apply(
+        tokens[:, :4], jnp.arange(4)[None], cache=cache, cache_index=0
+    )
+    last, _ = apply(
+        tokens[:, 4:], jnp.array([[4]]), cache=cache, cache_index=4,
+        last_only=True,
+    )  # fmt: skip
+    return full, prefix, last
+
+  full, prefix, last = run(params, tokens)
+  np.testing.assert_allclose(prefix, full[:, :4], atol=1e-5)
+  np.testing.assert_allclose(last[:, 0], full[:, 4], atol=1e-5)
+
+
+def test_param_logical_axes_names_every_parameter(gemma):
+  _, params = gemma
+  axes = T.param_logical_axes(params)
+  P = jax.sharding.PartitionSpec
+  assert axes["embedder"]["input_embedding"] == P("vocab", "embed")
+  assert axes["layer_0"]["attn"]["o_proj"]["kernel"] == P(
+      "heads", "head_dim", "embed"
+  )
+  assert axes["layer_0"]["mlp"]["down"]["kernel"] == P("mlp", "embed")
+  with pytest.raises(ValueError, match="PARAM_AXES"):
+    T.param_logical_axes({"mystery": {"w": np.zeros(3)}})
