@@ -1,0 +1,174 @@
+"""The train state pytree, the optimizer, and where the state lives on a mesh.
+
+`TrainState` holds everything the update step changes: the shared parameters
+(trunk and both heads), the optimizer state, the step counter and the rng,
+plus the frozen reference parameters when a KL term needs them
+(`config.optim.kl_coef > 0`; otherwise `ref_params` is None and costs
+nothing). The host loop adds its curriculum state (memory, replay, corpus
+cursor) beside it in the checkpoint.
+
+Sharding: the parameters follow their logical axes through the rule table
+`config.mesh.rules`; every optimizer-state subtree shaped like the parameters
+(Adam's moments) follows the parameters; scalars and the rng are replicated.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from spade.model import sharding
+
+PyTree = Any
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Parameters, optimizer state, step, rng and optional reference params.
+
+  Attributes:
+    params: the shared parameter tree (see spade/model/transformer.py).
+    opt_state: the optax state of `make_optimizer`.
+    step: int32 scalar, updates applied so far.
+    rng: uint32[2] PRNG key (raw, so checkpoints need no key-type support).
+    ref_params: frozen copy of the initial params for the KL term, or None.
+  """
+
+  params: PyTree
+  opt_state: PyTree
+  step: jax.Array
+  rng: jax.Array
+  ref_params: PyTree | None = None
+
+
+def make_optimizer(
+    optim_config: ml_collections.ConfigDict,
+) -> optax.GradientTransformation:
+  """AdamW after global-norm clipping, from `config.optim`.
+
+  Keys read: learning_rate, b1, b2, eps, weight_decay, grad_clip (<= 0: no
+  clipping).
+  """
+  c = optim_config
+  if c.learning_rate <= 0:
+    raise ValueError(
+        f"config.optim.learning_rate={c.learning_rate} must be > 0"
+    )
+  adam = optax.adamw(
+      learning_rate=c.learning_rate,
+      b1=c.get("b1", 0.9),
+      b2=c.get("b2", 0.999),
+      eps=c.get("eps", 1e-8),
+      weight_decay=c.weight_decay,
+  )
+  if c.grad_clip > 0:
+    return optax.chain(optax.clip_by_global_norm(c.grad_clip), adam)
+  return adam
+
+
+def keeps_reference(config: ml_collections.ConfigDict) -> bool:
+  """Whether the state carries frozen reference params (KL term on)."""
+  return config.optim.kl_coef > 0
+
+
+def create_train_state(
+    params: PyTree,
+    optimizer: optax.GradientTransformation,
+    rng: jax.Array,
+    *,
+    keep_reference: bool = False,
+) -> TrainState:
+  """A fresh state at step 0, unplaced (`create_state` puts it on a mesh).
+
+  Args:
+    params: the initial parameters.
+    optimizer: from `make_optimizer`.
+    rng: a PRNG key (raw uint32[2] or typed; stored raw).
+    keep_reference: keep a copy of `params` as the KL reference.
+  """
+  if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.key_data(rng)
+  return TrainState(
+      params=params,
+      opt_state=optimizer.init(params),
+      step=jnp.zeros((), jnp.int32),
+      rng=jnp.asarray(rng, jnp.uint32),
+      ref_params=(jax.tree.map(jnp.array, params) if keep_reference else None),
+  )
+
+
+def state_shardings(
+    state: TrainState, mesh: jax.sharding.Mesh, rules: Sequence[tuple]
+) -> TrainState:
+  """Shardings for every leaf of `state` (arrays or ShapeDtypeStructs).
+
+  Parameters (and the reference copy) follow their logical axes through
+  `rules` (`config.mesh.rules`), replicating a dimension its mesh axes do not
+  divide (`spade.model.sharding.fitted_param_shardings`); optimizer-state
+  subtrees shaped like the parameters follow the parameters; everything
+  else is replicated.
+
+  Args:
+    state: a TrainState, concrete or abstract (`jax.eval_shape`).
+    mesh: the mesh.
+    rules: the logical-axis rule table.
+
+  Returns:
+    A TrainState of NamedShardings.
+  """
+  params_sh = sharding.fitted_param_shardings(state.params, mesh, rules)
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  params_def = jax.tree.structure(state.params)
+
+  def like_params(x) -> bool:
+    return jax.tree.structure(x) == params_def
+
+  opt = jax.tree.map(
+      lambda x: params_sh if like_params(x) else replicated,
+      state.opt_state,
+      is_leaf=like_params,
+  )
+  return TrainState(
+      params=params_sh,
+      opt_state=opt,
+      step=replicated,
+      rng=replicated,
+      ref_params=None if state.ref_params is None else params_sh,
+  )
+
+
+def create_state(
+    params: PyTree,
+    optimizer: optax.GradientTransformation,
+    *,
+    rng: jax.Array,
+    mesh: jax.sharding.Mesh,
+    rules: Sequence[tuple],
+    keep_reference: bool = False,
+) -> TrainState:
+  """A step-0 TrainState placed on `mesh` as the update step expects it.
+
+  Args:
+    params: initial parameters (host or device arrays), e.g. from
+      `spade.model.checkpoints.initial_params`.
+    optimizer: from `make_optimizer(config.optim)`.
+    rng: PRNG key for the state.
+    mesh: the device mesh.
+    rules: `config.mesh.rules`.
+    keep_reference: keep a frozen copy of `params` for the KL term
+      (`keeps_reference(config)`).
+  """
+  make = functools.partial(
+      create_train_state, optimizer=optimizer, keep_reference=keep_reference
+  )
+  abstract = jax.eval_shape(make, params, rng=rng)
+  shardings = state_shardings(abstract, mesh, rules)
+  params = jax.device_put(params, shardings.params)
+  with sharding.use_rules(mesh, rules):
+    return jax.jit(make, out_shardings=shardings)(params, rng=rng)

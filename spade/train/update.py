@@ -1,0 +1,299 @@
+"""The one jitted, sharded, donated update of the shared parameters.
+
+`make_update_step` returns `update_fn(state, batch) -> (state, metrics)`: one
+optimizer step on the sum of the designer's and the agent's policy losses.
+Both roles run the same trunk (`spade.model.transformer`), the designer
+sub-batch through the designer head and the agent sub-batch through the agent
+head, so one gradient carries both. `make_sft_step` is the supervised
+(warm-start) variant.
+
+Batch layout, per role (`batch["designer"]`, `batch["agent"]`), as produced by
+`spade.train.batching.make_batch`; every array is aligned with `tokens`:
+
+  tokens        int32[B, L]
+  positions     int32[B, L]   optional; derived from input_mask when absent
+  input_mask    bool[B, L]    False on padding
+  loss_mask     bool[B, L]    True on sampled tokens only
+  old_logprobs  f32[B, L]     the sampler's logprob of each sampled token
+  advantages    f32[B]
+  weights       f32[B]        0 for padding rows
+
+B must be a multiple of the mesh's batch-axis size (the "batch" rule of
+`config.mesh.rules`). The SFT batch needs only tokens, input_mask, loss_mask
+and weights.
+
+The step is partially applied and jitted once with NamedShardings for the
+state (parameters by their logical axes, see `spade.train.state`) and the
+batch (rows split over the batch axes), and donates the state, so the old
+parameters' memory is reused for the new ones: the state passed in is dead
+after the call.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from spade.model import sharding
+from spade.model import transformer
+from spade.train import losses
+from spade.train import state as state_lib
+
+Batch = Mapping[str, Mapping[str, jax.Array]]
+Metrics = dict[str, jax.Array]
+UpdateFn = Callable[[state_lib.TrainState, Batch], tuple[Any, Metrics]]
+
+ROLES = (
+    ("designer", transformer.Role.DESIGNER),
+    ("agent", transformer.Role.AGENT),
+)
+_POLICY_KEYS = (
+    "tokens",
+    "input_mask",
+    "loss_mask",
+    "old_logprobs",
+    "advantages",
+    "weights",
+)
+_SFT_KEYS = ("tokens", "input_mask", "loss_mask", "weights")
+
+
+def _rules(config: ml_collections.ConfigDict) -> tuple:
+  return tuple(
+      (name, tuple(axes) if isinstance(axes, list) else axes)
+      for name, axes in config.mesh.rules
+  )
+
+
+def batch_axes(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """Mesh axes the batch dimension is split over (the "batch" rule)."""
+  for name, axes in _rules(config):
+    if name == "batch":
+      if axes is None:
+        return ()
+      return (axes,) if isinstance(axes, str) else tuple(axes)
+  return ()
+
+
+def _positions(sub: Mapping[str, jax.Array]) -> jax.Array:
+  if "positions" in sub:
+    return sub["positions"]
+  mask = sub["input_mask"].astype(jnp.int32)
+  return jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+
+
+def _logprobs(model, params, sub, role) -> jax.Array:
+  logits, _ = model.apply(
+      {"params": params},
+      sub["tokens"],
+      _positions(sub),
+      role,
+      input_mask=sub["input_mask"].astype(bool),
+  )
+  return losses.token_logprobs(logits, sub["tokens"])
+
+
+def _check_batch(batch: Batch, keys: tuple[str, ...], multiple: int) -> None:
+  """Clear errors for a batch the jitted step cannot take."""
+  if not isinstance(batch, Mapping) or not set(batch) <= {"designer", "agent"}:
+    raise ValueError(
+        "batch must be a dict with sub-batches 'designer' and/or 'agent', got"
+        f" keys {list(batch) if isinstance(batch, Mapping) else type(batch)}"
+    )
+  for role, sub in batch.items():
+    missing = [k for k in keys if k not in sub]
+    if missing:
+      raise ValueError(
+          f"batch[{role!r}] lacks {missing}; build it with"
+          " spade.train.batching.make_batch"
+      )
+    rows, length = sub["tokens"].shape
+    if rows % multiple:
+      raise ValueError(
+          f"batch[{role!r}] has {rows} rows, not a multiple of the mesh's"
+          f" batch axes size {multiple}; pad with zero-weight rows"
+          " (make_batch(row_multiple=...))"
+      )
+    for k in keys:
+      want = (rows,) if k in ("advantages", "weights") else (rows, length)
+      if tuple(sub[k].shape) != want:
+        raise ValueError(
+            f"batch[{role!r}][{k!r}] has shape {tuple(sub[k].shape)}, expected"
+            f" {want}"
+        )
+
+
+def _step_with(
+    loss_fn, optimizer, state: state_lib.TrainState, batch: Batch
+) -> tuple[state_lib.TrainState, Metrics]:
+  """Shared tail: gradient, optimizer update, new rng, global metrics."""
+  rng, _ = jax.random.split(state.rng)
+  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+      state.params, state.ref_params, batch
+  )
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = dict(metrics)
+  metrics["train/loss"] = loss
+  metrics["train/grad_norm"] = optax.tree.norm(grads)
+  metrics["train/update_norm"] = optax.tree.norm(updates)
+  new_state = state.replace(
+      params=params, opt_state=opt_state, step=state.step + 1, rng=rng
+  )
+  return new_state, metrics
+
+
+def _compile(step, mesh, config, check_keys) -> UpdateFn:
+  """jit with state/batch shardings and donation, behind a checking wrapper.
+
+  The state's shardings come from the first state passed in (its parameter
+  tree decides them, through `state.state_shardings`), so the same function
+  serves scratch and checkpoint parameters; a state with a different tree
+  (e.g. with or without reference params) compiles once more.
+  """
+  rules = _rules(config)
+  axes = batch_axes(config)
+  # One prefix sharding for every batch leaf: all lead with the row axis.
+  batch_sh = jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec(axes if axes else None)
+  )
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  multiple = math.prod(mesh.shape[a] for a in axes)
+  compiled = {}
+
+  def update_fn(state, batch):
+    _check_batch(batch, check_keys, multiple)
+    key = jax.tree.structure(state)
+    if key not in compiled:
+      state_sh = state_lib.state_shardings(state, mesh, rules)
+      compiled[key] = jax.jit(
+          step,
+          in_shardings=(state_sh, batch_sh),
+          out_shardings=(state_sh, replicated),
+          donate_argnums=(0,),
+      )
+    # Rules without a global mesh: the model's activation constraints are
+    # no-ops and XLA propagates the state's and batch's shardings. Under
+    # `sharding.use_rules` (mesh set) flax's apply-time shape check re-runs
+    # DenseGeneral's boxed kernel init, whose 3-axis names then hit the flat
+    # 2-D kernel and fail.
+    with nn.logical_axis_rules(rules):
+      return compiled[key](state, batch)
+
+  update_fn.batch_sharding = batch_sh
+  update_fn.compiled = compiled
+  return update_fn
+
+
+def make_update_step(
+    model: nn.Module,
+    optimizer: optax.GradientTransformation,
+    mesh: jax.sharding.Mesh,
+    config: ml_collections.ConfigDict,
+) -> UpdateFn:
+  """The self-play update: designer + agent policy losses, one step.
+
+  Args:
+    model: `transformer.build_model(config.model)`.
+    optimizer: `state.make_optimizer(config.optim)` (the same object the
+      state was made with).
+    mesh: the device mesh (axes named as in `config.mesh.rules`).
+    config: the full config; reads `config.optim` (clip_low, clip_high,
+      kl_coef, designer_loss_weight, agent_loss_weight, designer_delay,
+      max_importance_weight) and `config.mesh.rules`.
+
+  Returns:
+    update_fn(state, batch) -> (new state, metrics). `batch` holds
+    "designer" and "agent" sub-batches (module docstring); the state is
+    donated. Metrics are replicated scalars: train/loss, train/grad_norm,
+    train/update_norm and per role train/{role}_{loss, pg_loss, kl,
+    clip_frac, approx_kl, ratio_mean, num_tokens} (plus is_weight_mean and
+    is_truncated_frac for a delayed designer).
+  """
+  o = config.optim
+  use_kl = state_lib.keeps_reference(config)
+  # A delayed designer trains on samples from `designer_delay` iterations
+  # ago: truncated importance weights instead of PPO clipping.
+  designer_iw = o.max_importance_weight if o.designer_delay > 0 else None
+  role_weight = {
+      "designer": o.designer_loss_weight,
+      "agent": o.agent_loss_weight,
+  }
+
+  def loss_fn(params, ref_params, batch):
+    total = jnp.zeros((), jnp.float32)
+    metrics = {}
+    for name, role in ROLES:
+      if name not in batch:
+        continue
+      sub = batch[name]
+      logp = _logprobs(model, params, sub, role)
+      ref_logp = None
+      if use_kl:
+        ref_logp = jax.lax.stop_gradient(
+            _logprobs(model, ref_params, sub, role)
+        )
+      loss, m = losses.policy_loss(
+          logp,
+          sub["old_logprobs"],
+          sub["advantages"],
+          sub["loss_mask"],
+          sub["weights"],
+          clip_low=o.clip_low,
+          clip_high=o.clip_high,
+          ref_logprobs=ref_logp,
+          kl_coef=o.kl_coef,
+          max_importance_weight=designer_iw if name == "designer" else None,
+      )
+      total = total + role_weight[name] * loss
+      metrics[f"train/{name}_loss"] = loss
+      metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
+    return total, metrics
+
+  step = functools.partial(_step_with, loss_fn, optimizer)
+  return _compile(step, mesh, config, _POLICY_KEYS)
+
+
+def make_sft_step(
+    model: nn.Module,
+    optimizer: optax.GradientTransformation,
+    mesh: jax.sharding.Mesh,
+    config: ml_collections.ConfigDict,
+) -> UpdateFn:
+  """The warm-start step: cross-entropy on the masked tokens of each role.
+
+  Same arguments, sharding and donation as `make_update_step`; each
+  sub-batch needs tokens, input_mask, loss_mask and weights. Roles are
+  weighted by config.optim.{designer,agent}_loss_weight. Metrics:
+  train/loss, train/grad_norm, train/update_norm, train/{role}_{nll,
+  target_prob, num_tokens}.
+  """
+  o = config.optim
+  role_weight = {
+      "designer": o.designer_loss_weight,
+      "agent": o.agent_loss_weight,
+  }
+
+  def loss_fn(params, ref_params, batch):
+    del ref_params
+    total = jnp.zeros((), jnp.float32)
+    metrics = {}
+    for name, role in ROLES:
+      if name not in batch:
+        continue
+      sub = batch[name]
+      logp = _logprobs(model, params, sub, role)
+      loss, m = losses.sft_loss(logp, sub["loss_mask"], sub["weights"])
+      total = total + role_weight[name] * loss
+      metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
+    return total, metrics
+
+  step = functools.partial(_step_with, loss_fn, optimizer)
+  return _compile(step, mesh, config, _SFT_KEYS)
