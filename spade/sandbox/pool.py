@@ -526,7 +526,16 @@ class SandboxPool:
         cmd += ["--symlink", os.readlink(host), host]
       elif os.path.isdir(host):
         cmd += ["--ro-bind", host, host]
+    made = set()
     for src, dst in self.binds:
+      # bwrap makes missing parents 0700 (root only): environments run under
+      # other uids and must traverse them, e.g. /root/.pyenv/versions.
+      parts = dst.strip("/").split("/")[:-1]
+      for i in range(1, len(parts) + 1):
+        parent = "/" + "/".join(parts[:i])
+        if parent not in made and parent not in ("/usr", "/tmp", "/proc"):
+          made.add(parent)
+          cmd += ["--perms", "0755", "--dir", parent]
       cmd += ["--ro-bind", src, dst]
     for cap in (
         "CAP_SETUID",
