@@ -84,6 +84,21 @@ class Stats:
   times_played: int = 0
   episodes: int = 0
 
+  def get(self, name: str, default=None):
+    """The latest value of a per-play series, or a counter, by name.
+
+    `stats.get("regret")` is the latest regret (None if never played), so
+    code written for dict-shaped stats reads the current value.
+
+    Args:
+      name: a field name.
+      default: returned when the series is empty or the name unknown.
+    """
+    value = getattr(self, name, None)
+    if isinstance(value, list):
+      return value[-1] if value else default
+    return default if value is None else value
+
 
 @dataclasses.dataclass
 class Lineage:
@@ -256,6 +271,10 @@ class Archive:
           f"environment {env_id!r} is not in the archive (never added, "
           "rejected as a duplicate, or evicted)"
       ) from None
+
+  def get(self, env_id: str, default: Entry | None = None) -> Entry | None:
+    """The entry with this id, or `default` when it is not archived."""
+    return self._entries.get(env_id, default)
 
   def entries(self) -> list[Entry]:
     """All entries, oldest first."""

@@ -209,11 +209,12 @@ def ast_fingerprint(code: str) -> str | None:
   return hashlib.sha256(dump.encode()).hexdigest()[:16]
 
 
-def diversity(signatures: np.ndarray) -> float:
-  """One minus the mean pairwise estimated similarity of the rows.
+def diversity(signatures) -> float:
+  """One minus the mean pairwise estimated similarity of the programs.
 
   Args:
-    signatures: uint64[m, NUM_PERM].
+    signatures: uint64[m, NUM_PERM] MinHash signatures, or a list of program
+      sources (their signatures are computed).
 
   Returns:
     A score in [0, 1]: 0 when all programs are the same, near 1 when no two
@@ -222,6 +223,8 @@ def diversity(signatures: np.ndarray) -> float:
   m = len(signatures)
   if m < 2:
     return 0.0
+  if isinstance(signatures[0], str):
+    signatures = [minhash(code) for code in signatures]
   sig = np.asarray(signatures)
   total = 0.0
   for i in range(m - 1):

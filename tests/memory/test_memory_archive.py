@@ -54,6 +54,7 @@ def test_renamed_copy_is_rejected_and_a_different_game_is_not():
   assert len(a) == 2
   assert a.metrics()["memory/duplicates_rejected"] == 2.0
   entry = a["env-000000"]
+  assert a.get("env-000000") is entry and a.get("env-000009") is None
   assert entry.description.startswith("Guess a secret number between 1 and")
   assert entry.lineage.iteration == 0 and entry.grounding_id == "doc-1"
 
@@ -200,6 +201,9 @@ def test_state_dict_round_trips_through_json():
   assert b.metrics() == a.metrics()
   assert b["env-000003"].lineage.parent == ids[0]
   assert b["env-000001"].stats.regret == [0.7]
+  assert b["env-000001"].stats.get("regret") == 0.7
+  assert b["env-000001"].stats.get("times_played") == 1
+  assert b["env-000003"].stats.get("regret") is None
   assert b.replay_probabilities(5) == a.replay_probabilities(5)
   assert b.replay(2, 11, 5) == a.replay(2, 11, 5)
   assert b.add(programs.HANOI, verdict=OK, iteration=6) == (None, ids[1])

@@ -82,3 +82,4 @@ def test_diversity_of_identical_and_disjoint_programs():
   different = np.stack([dedup.minhash(p) for p in programs.ALL])
   assert dedup.diversity(different) > 0.9
   assert dedup.diversity(different[:1]) == 0.0
+  assert dedup.diversity(list(programs.ALL)) == dedup.diversity(different)
