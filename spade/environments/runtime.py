@@ -375,9 +375,13 @@ def load_program(source: str, filename: str = "<env>") -> type:
         "syntax", f"{type(e).__name__}{where}: {e}; fix the Python syntax"
     ) from None
   _register_base_module()
-  namespace = prelude()
-  namespace["__name__"] = _PROGRAM_MODULE
+  # A real module in sys.modules, as upstream: dataclasses (and typing's
+  # string annotations) look the defining module up by name.
+  module = types.ModuleType(_PROGRAM_MODULE)
+  namespace = module.__dict__
+  namespace.update(prelude())
   namespace["__file__"] = filename
+  sys.modules[_PROGRAM_MODULE] = module
   try:
     exec(code, namespace)  # pylint: disable=exec-used
   except Exception as e:  # pylint: disable=broad-except

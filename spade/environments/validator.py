@@ -382,6 +382,8 @@ class _Run:
     self.smoke_steps = smoke_steps
     self.max_obs_chars = max_obs_chars
     self.seed = seed
+    # Set by validate_program when the SIGALRM budget is armed.
+    self.rearm = lambda: None
     self.result = {
         "valid": False,
         "reason": "crash",
@@ -400,7 +402,9 @@ class _Run:
   def _call(self, reason: str, what: str, fn, *args, **kwargs):
     """Calls program code; an exception becomes a `_Failure(reason)`."""
     try:
-      return fn(*args, **kwargs)
+      out = fn(*args, **kwargs)
+      self.rearm()
+      return out
     except _OutOfTime:
       raise
     except (Exception, SystemExit) as e:  # pylint: disable=broad-except
@@ -667,6 +671,20 @@ def validate_program(
 
   old_handler = None
   if alarm:
+    deadline = start + time_budget_s
+
+    def rearm():
+      # math_verify times its parsing with signal.alarm(), which cancels
+      # this timer and swaps the handler back and forth: restore both.
+      left = deadline - time.monotonic()
+      if left <= 0:
+        raise _OutOfTime()
+      if signal.getsignal(signal.SIGALRM) is not on_alarm:
+        signal.signal(signal.SIGALRM, on_alarm)
+      if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+        signal.setitimer(signal.ITIMER_REAL, left, 0.25)
+
+    run.rearm = rearm
     old_handler = signal.signal(signal.SIGALRM, on_alarm)
     # Re-fire every 0.25 s: a program's bare `except:` may swallow one.
     signal.setitimer(signal.ITIMER_REAL, time_budget_s, 0.25)

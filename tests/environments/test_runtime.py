@@ -65,6 +65,21 @@ def test_program_that_forgot_its_imports_loads():
   assert env.reset() == ("2 2 2", {})
 
 
+def test_dataclasses_with_string_annotations_load():
+  source = (
+      "from __future__ import annotations\n"
+      "import dataclasses, typing\n"
+      "@dataclasses.dataclass\n"
+      "class Cell:\n"
+      "  x: int\n"
+      "  tag: typing.ClassVar[str] = 'c'\n"
+      "class GridEnv:\n"
+      "  def reset(self, seed=None):\n"
+      "    return repr(Cell(3)), {}\n"
+  )
+  assert runtime.load_program(source)().reset() == ("Cell(x=3)", {})
+
+
 def test_reference_game_fixture_plays_and_wins():
   cls = runtime.load_program(_fixture("reference_game.py"))
   assert cls.__name__ == "HiddenSumGameEnv"

@@ -144,6 +144,18 @@ def test_reference_style_global_random_in_step_is_deterministic():
   assert v["valid"], v
 
 
+def test_budget_survives_math_verify_resetting_the_alarm():
+  # The reference fixture calls math_verify (signal.alarm inside) in step();
+  # a later endless loop must still be stopped by the validation budget.
+  source = _fixture("reference_game.py").replace(
+      "  def solution(self) -> str:\n",
+      "  def solution(self) -> str:\n    while self.turn_count >= 0:\n"
+      "      pass\n",
+  )
+  v = validator.validate_program(source, time_budget_s=3.0)
+  assert v["reason"] == "timeout", v
+
+
 def test_nan_reward_is_a_reward_range_failure():
   source = _with(
       'return "Wrong.", 0.0, False, False, {}',
