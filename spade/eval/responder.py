@@ -27,6 +27,35 @@ from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 
 
+# Samplers by (model config, ids, mesh): `run_suites` builds a responder at
+# every in-loop evaluation, and a new Sampler would compile again.
+_SAMPLERS: dict[tuple, sampler_lib.Sampler] = {}
+
+
+def _agent_sampler(config, tokenizer, mesh) -> sampler_lib.Sampler:
+  rules = tuple(tuple(r) for r in config.mesh.rules) if mesh else ()
+  key = (
+      config.model.to_json(),
+      tokenizer.pad_id,
+      tuple(tokenizer.stop_ids),
+      id(mesh),
+      repr(rules),
+  )
+  if key not in _SAMPLERS:
+    tokens_to_logits, init_cache = transformer.sampling_fns(
+        config.model, transformer.Role.AGENT
+    )
+    _SAMPLERS[key] = sampler_lib.Sampler(
+        tokens_to_logits=tokens_to_logits,
+        init_cache=init_cache,
+        pad_id=tokenizer.pad_id,
+        stop_ids=tuple(tokenizer.stop_ids),
+        mesh=mesh,
+        rules=rules,
+    )
+  return _SAMPLERS[key]
+
+
 def _bucket(n: int, cap: int) -> int:
   size = 64
   while size < n:
@@ -79,17 +108,7 @@ class ModelResponder:
     self._top_p = float(config.sampling.top_p)
     self._key = jax.random.PRNGKey(seed)
     self._calls = 0
-    tokens_to_logits, init_cache = transformer.sampling_fns(
-        config.model, transformer.Role.AGENT
-    )
-    self._sampler = sampler_lib.Sampler(
-        tokens_to_logits=tokens_to_logits,
-        init_cache=init_cache,
-        pad_id=self._tokenizer.pad_id,
-        stop_ids=tuple(self._tokenizer.stop_ids),
-        mesh=mesh,
-        rules=tuple(tuple(r) for r in config.mesh.rules) if mesh else (),
-    )
+    self._sampler = _agent_sampler(config, self._tokenizer, mesh)
 
   def render(self, messages: registry.Messages) -> list[int]:
     """Chat messages -> prompt token ids, ending with the assistant opener."""

@@ -48,6 +48,12 @@ def test_long_prompts_are_cut_to_the_budget(model):
   assert model.max_prompt_tokens == 768
 
 
+def test_responders_share_the_compiled_sampler(model, params):
+  # In-loop evaluation builds a responder each time; it must not recompile.
+  other = responder_lib.ModelResponder(_config(), params, seed=5)
+  assert other._sampler is model._sampler  # pylint: disable=protected-access
+
+
 @pytest.mark.slow  # new prompt-length buckets compile the sampler again
 def test_run_suites_returns_eval_metrics(params, tmp_path):
   config = _config()
