@@ -175,3 +175,9 @@ class ProgramEnv(gymnasium.Env):
     if getattr(self, "_owns_pool", False) and getattr(self, "pool", None):
       self.pool.close()
       self.pool = None
+
+
+# `gymnasium.make(ENV_ID, source=..., pool=...)` builds a ProgramEnv.
+ENV_ID = "spade/Program-v0"
+if ENV_ID not in gymnasium.registry:
+  gymnasium.register(id=ENV_ID, entry_point=ProgramEnv)

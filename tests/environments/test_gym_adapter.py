@@ -85,3 +85,18 @@ def test_a_program_that_does_not_load(pool):
   with pytest.raises(SandboxError) as e:
     gym_adapter.ProgramEnv("class BrokenEnv(:\n", pool)
   assert e.value.reason == "syntax"
+
+
+def test_gymnasium_make(pool):
+  env = gymnasium.make(
+      gym_adapter.ENV_ID,
+      source=library.get_program("hangman").source,
+      pool=pool,
+  )
+  obs, _ = env.reset(seed=1)
+  assert obs.startswith("Hangman.")
+  obs, reward, terminated, truncated, _ = env.step("\\boxed{e}")
+  assert obs.startswith("'e' is in the word.") and reward == 0.0
+  assert env.unwrapped.hint().startswith("The word has 8 letters")
+  env.close()
+  assert env.unwrapped.handle is None
