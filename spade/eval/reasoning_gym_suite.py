@@ -34,6 +34,7 @@ class RGItem:
 
   @property
   def item_id(self) -> str:
+    """ "<category>/<index>", e.g. "chain_sum/0"."""
     return f"{self.category}/{self.index}"
 
 

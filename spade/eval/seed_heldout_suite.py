@@ -42,6 +42,7 @@ class _Episode:
 
   @property
   def item_id(self) -> str:
+    """ "<program>/seed<seed>", e.g. "hangman/seed1234"."""
     return f"{self.name}/seed{self.seed}"
 
 

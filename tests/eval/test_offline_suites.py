@@ -123,7 +123,6 @@ def test_tool_use_prompt_lists_functions(config, tmp_path):
   config.eval.bfcl_download = False
   config.eval.bfcl_cache_dir = str(tmp_path)
   suite = runner.build("tool_use", config)
-  suite._log = lambda _: None  # pylint: disable=protected-access
   (item,) = suite.items(1)
   messages = suite.prompt(item)
   assert messages[0]["role"] == "system"
@@ -141,7 +140,6 @@ def test_tool_use_on_bfcl_v4_data(config, scripted):
   except bfcl.BfclUnavailable as e:
     pytest.skip(f"BFCL wheel unavailable here: {e}")
   suite = runner.build("tool_use", config)
-  suite._log = lambda _: None  # pylint: disable=protected-access
   items = suite.items(8)
   assert suite.source == "bfcl_v4"
   assert [it["id"].split("_")[0] for it in items] == ["simple", "multiple"] * 4
