@@ -26,85 +26,29 @@ from typing import Any
 from spade.environments import contract
 from spade.environments import runtime
 
-# Modules whose import is refused, with the escape each one is for.
+# Modules whose import is refused, by the escape each one is for.
 _DENIED_MODULES = {
-    **{
-        m: "file"
-        for m in (
-            "os",
-            "posix",
-            "nt",
-            "shutil",
-            "pathlib",
-            "tempfile",
-            "glob",
-            "fcntl",
-            "mmap",
-            "fileinput",
-            "zipfile",
-            "tarfile",
-            "sqlite3",
-            "shelve",
-            "dbm",
-        )
-    },
-    **{
-        m: "process"
-        for m in (
-            "subprocess",
-            "multiprocessing",
-            "threading",
-            "_thread",
-            "concurrent",
-            "signal",
-            "resource",
-            "pty",
-            "pdb",
-            "faulthandler",
-            "atexit",
-        )
-    },
-    **{
-        m: "network"
-        for m in (
-            "socket",
-            "ssl",
-            "urllib",
-            "http",
-            "requests",
-            "httpx",
-            "ftplib",
-            "smtplib",
-            "telnetlib",
-            "asyncio",
-            "selectors",
-            "select",
-            "xmlrpc",
-            "webbrowser",
-            "aiohttp",
-            "socketserver",
-        )
-    },
-    **{
-        m: "introspection"
-        for m in (
-            "ctypes",
-            "cffi",
-            "importlib",
-            "imp",
-            "builtins",
-            "__builtin__",
-            "gc",
-            "inspect",
-            "code",
-            "codeop",
-            "runpy",
-            "zipimport",
-            "marshal",
-            "pickle",
-            "sys_monitoring",
-        )
-    },
+    **dict.fromkeys(
+        "os posix nt shutil pathlib tempfile glob fcntl mmap fileinput"
+        " zipfile tarfile sqlite3 shelve dbm".split(),
+        "file",
+    ),
+    **dict.fromkeys(
+        "subprocess multiprocessing threading _thread concurrent signal"
+        " resource pty pdb faulthandler atexit".split(),
+        "process",
+    ),
+    **dict.fromkeys(
+        "socket ssl urllib http requests httpx ftplib smtplib telnetlib"
+        " asyncio selectors select xmlrpc webbrowser aiohttp"
+        " socketserver".split(),
+        "network",
+    ),
+    **dict.fromkeys(
+        "ctypes cffi importlib imp builtins __builtin__ gc inspect code"
+        " codeop runpy zipimport marshal pickle".split(),
+        "introspection",
+    ),
 }
 
 # Calls of these builtins are refused.
@@ -117,69 +61,31 @@ _DENIED_CALLS = {
     "breakpoint": "process",
     "open": "file",
     "input": "process",
+    "help": "process",
     "exit": "process",
     "quit": "process",
 }
 
-# Attribute names that reach interpreter internals.
-_DENIED_ATTRS = {
-    "__subclasses__",
-    "__globals__",
-    "__builtins__",
-    "__code__",
-    "__closure__",
-    "__bases__",
-    "__base__",
-    "__mro__",
-    "__self__",
-    "__loader__",
-    "__spec__",
-    "__import__",
-    "__reduce__",
-    "__reduce_ex__",
-    "__getattribute__",
-    "__dictoffset__",
-    "mro",
-    "f_globals",
-    "f_locals",
-    "f_back",
-    "f_builtins",
-    "f_code",
-    "gi_frame",
-    "gi_code",
-    "cr_frame",
-    "cr_code",
-    "ag_frame",
-    "tb_frame",
-    "tb_next",
-    "func_globals",
-}
+# Attribute names that reach interpreter internals (frames, globals,
+# the class graph that leads to every loaded class).
+_DENIED_ATTRS = frozenset(
+    "__subclasses__ __globals__ __builtins__ __code__ __closure__ __bases__"
+    " __base__ __mro__ __self__ __loader__ __spec__ __import__ __reduce__"
+    " __reduce_ex__ __getattribute__ __dictoffset__ mro f_globals f_locals"
+    " f_back f_builtins f_code gi_frame gi_code cr_frame cr_code ag_frame"
+    " tb_frame tb_next func_globals".split()
+)
 
 # Names that must not be read or rebound.
-_DENIED_NAMES = {"__builtins__", "__loader__", "__spec__", "__import__"}
+_DENIED_NAMES = frozenset("__builtins__ __loader__ __spec__ __import__".split())
 
 # sys attributes that open an escape or end the process.
-_DENIED_SYS = {
-    "modules",
-    "_getframe",
-    "settrace",
-    "setprofile",
-    "exit",
-    "meta_path",
-    "path_hooks",
-    "path_importer_cache",
-    "addaudithook",
-    "_current_frames",
-    "stdin",
-    "__stdout__",
-    "__stderr__",
-    "__stdin__",
-    "breakpointhook",
-    "excepthook",
-    "setrecursionlimit",
-    "monitoring",
-    "remote_exec",
-}
+_DENIED_SYS = frozenset(
+    "modules _getframe settrace setprofile exit meta_path path_hooks"
+    " path_importer_cache addaudithook _current_frames stdin __stdout__"
+    " __stderr__ __stdin__ breakpointhook excepthook setrecursionlimit"
+    " monitoring remote_exec".split()
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,7 +274,7 @@ def _is_bool(x: Any) -> bool:
 def _is_real(x: Any) -> bool:
   try:
     float(x)
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):
     return False
   return not isinstance(x, (str, bytes))
 
