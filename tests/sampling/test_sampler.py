@@ -1,0 +1,231 @@
+"""The compiled sampler and the text front end, on the tiny model.
+
+The model has two sliding layers (window 4) and one global layer; prompts of up
+to 7 tokens plus 8 new tokens make every ring buffer wrap.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from spade import config as config_lib
+from spade.model import sharding
+from spade.model import transformer as T
+from spade.sampling import sampler as S
+from spade.sampling import text
+
+PAD, BOS, EOS = 256, 257, 258
+ROWS = [[BOS, 5, 6, 7, 8, 9, 10], [BOS, 100], [BOS, 3, 4, 5], [BOS]]
+NEW = 8
+
+
+def _cfg():
+  cfg = config_lib.base_config().model
+  cfg.num_layers = 3
+  cfg.sliding_window = 4
+  cfg.global_every = 3
+  return cfg
+
+
+@pytest.fixture(scope="module")
+def setup():
+  cfg = _cfg()
+  params = T.init_params(cfg, jax.random.key(0))
+  ttl, make_cache = T.sampling_fns(cfg, T.Role.AGENT)
+  sampler = S.Sampler(ttl, make_cache, pad_id=PAD)
+  model = T.build_model(cfg)
+
+  @jax.jit
+  def log_probs(params, tokens):
+    pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    logits = model.apply({"params": params}, tokens, pos, T.Role.AGENT)[0]
+    return jax.nn.log_softmax(logits)
+
+  return cfg, params, sampler, log_probs
+
+
+def _teacher_forced(log_probs, params, prompt, generated):
+  """log_softmax of the full forward at each generated token (one row)."""
+  seq = list(prompt) + list(generated)
+  # Pad to a fixed width so the jitted forward compiles once.
+  width = 16
+  lp = np.asarray(
+      log_probs(params, jnp.array([seq + [PAD] * (width - len(seq))]))
+  )
+  steps = lp[0, len(prompt) - 1 : len(seq) - 1]
+  return steps, np.take_along_axis(steps, np.array(generated)[:, None], 1)[:, 0]
+
+
+def _run(sampler, params, **kw):
+  prompts, lengths = S.left_pad(ROWS, 8, PAD)
+  kw.setdefault("rng", jax.random.key(7))
+  return sampler(params, prompts, lengths, max_new_tokens=NEW, **kw)
+
+
+def test_greedy_equals_argmax_of_full_forwards(setup):
+  _, params, sampler, log_probs = setup
+  out = _run(sampler, params, temperature=0.0)
+  np.testing.assert_array_equal(out.lengths, [NEW] * 4)
+  assert not out.finished.any()
+  for i, prompt in enumerate(ROWS):
+    seq = list(prompt)
+    for j in range(NEW):
+      steps, _ = _teacher_forced(log_probs, params, seq, [0])
+      seq.append(int(np.argmax(steps[0])))
+    assert out.tokens[i].tolist() == seq[len(prompt) :], i
+
+
+def test_sampled_logprobs_equal_teacher_forced_log_softmax(setup):
+  _, params, sampler, log_probs = setup
+  for kw in (dict(temperature=1.0), dict(temperature=0.7, top_k=5)):
+    out = _run(sampler, params, **kw)
+    for i, prompt in enumerate(ROWS):
+      _, ref = _teacher_forced(log_probs, params, prompt, out.tokens[i])
+      np.testing.assert_allclose(out.logprobs[i], ref, atol=1e-4)
+
+
+def test_same_key_same_samples_other_key_other_samples(setup):
+  _, params, sampler, _ = setup
+  a = _run(sampler, params, temperature=1.0, rng=jax.random.key(3))
+  b = _run(sampler, params, temperature=1.0, rng=jax.random.key(3))
+  c = _run(sampler, params, temperature=1.0, rng=jax.random.key(4))
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.logprobs, b.logprobs)
+  assert not np.array_equal(a.tokens, c.tokens)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(setup):
+  _, params, sampler, _ = setup
+  greedy = _run(sampler, params, temperature=0.0)
+  top1 = _run(sampler, params, temperature=1.0, top_k=1)
+  nucleus = _run(sampler, params, temperature=1.0, top_p=1e-6)
+  np.testing.assert_array_equal(top1.tokens, greedy.tokens)
+  np.testing.assert_array_equal(nucleus.tokens, greedy.tokens)
+  np.testing.assert_allclose(top1.logprobs, greedy.logprobs, atol=1e-6)
+
+
+def test_top_k_restricts_to_the_k_most_likely(setup):
+  _, params, sampler, log_probs = setup
+  # A high temperature flattens the distribution; top-k still bounds it.
+  out = _run(sampler, params, temperature=50.0, top_k=5)
+  for i, prompt in enumerate(ROWS):
+    steps, _ = _teacher_forced(log_probs, params, prompt, out.tokens[i])
+    top = np.argsort(-steps, -1)[:, :5]
+    assert all(t in top[j] for j, t in enumerate(out.tokens[i]))
+
+
+def test_stop_tokens_and_row_limits(setup):
+  cfg, params, sampler, _ = setup
+  greedy = _run(sampler, params, temperature=0.0)
+  stop = int(greedy.tokens[0, 2])
+  first = [
+      next((j for j, t in enumerate(r) if t in (stop, EOS)), NEW)
+      for r in greedy.tokens.tolist()
+  ]
+  stopping = S.Sampler(
+      sampler.tokens_to_logits, sampler.init_cache, pad_id=PAD,
+      stop_ids=(stop, EOS),
+  )  # fmt: skip
+  out = _run(
+      stopping, params, temperature=0.0,
+      row_max_new_tokens=np.array([NEW, NEW, 2, NEW]),
+  )  # fmt: skip
+  for i in range(4):
+    limit = 2 if i == 2 else NEW
+    expected = min(first[i] + 1, limit)
+    assert out.lengths[i] == expected, i
+    assert out.finished[i] == (first[i] + 1 <= limit), i
+    np.testing.assert_array_equal(
+        out.tokens[i, :expected], greedy.tokens[i, :expected]
+    )
+    assert (out.tokens[i, expected:] == PAD).all()
+    assert (out.logprobs[i, expected:] == 0).all()
+  assert out.tokens[0, first[0]] in (stop, EOS) and out.finished[0]
+  del cfg
+
+
+def test_ragged_prompt_lists_are_left_padded_to_a_bucket(setup):
+  _, params, sampler, _ = setup
+  ref = _run(sampler, params, temperature=0.0)
+  out = sampler(
+      params, ROWS, max_new_tokens=NEW, rng=jax.random.key(0), temperature=0
+  )
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert S.bucket(5) == 8 and S.bucket(9) == 16 and S.bucket(3, 1) == 4
+  with pytest.raises(ValueError, match="truncate it first"):
+    S.left_pad([[1] * 9], 8, PAD)
+
+
+def test_categorical_draw_follows_the_distribution():
+  """Two-stage inverse-CDF draw over 600 logits (crosses a 512 block)."""
+  logits = (
+      jnp.full((600,), -jnp.inf)
+      .at[jnp.array([3, 511, 512, 599])]
+      .set(jnp.log(jnp.array([0.1, 0.2, 0.3, 0.4])))
+  )
+  draws = S._categorical(
+      jax.random.key(0), jnp.broadcast_to(logits, (20_000, 600))
+  )
+  counts = np.bincount(np.asarray(draws), minlength=600)
+  assert counts.sum() == 20_000
+  np.testing.assert_allclose(
+      counts[[3, 511, 512, 599]] / 20_000, [0.1, 0.2, 0.3, 0.4], atol=0.015
+  )
+
+
+def test_sharded_sampler_matches_single_device(setup):
+  cfg, params, sampler, _ = setup
+  mesh_cfg = ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
+  mesh = sharding.make_mesh(mesh_cfg)
+  rules = config_lib.base_config().mesh.rules
+  ttl, make_cache = T.sampling_fns(cfg, T.Role.AGENT)
+  sharded = S.Sampler(ttl, make_cache, pad_id=PAD, mesh=mesh, rules=rules)
+  placed = sharding.shard_params(params, mesh, rules)
+  ref = _run(sampler, params, temperature=1.0)
+  out = _run(sharded, placed, temperature=1.0)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
+
+
+class _Bytes:
+  """A minimal byte tokenizer (the contract's ids) for the text tests."""
+
+  pad_id, bos_id, eos_id = PAD, BOS, EOS
+  stop_ids = (EOS,)
+
+  def encode(self, s, *, add_bos=False):
+    return ([BOS] if add_bos else []) + list(s.encode("utf-8"))
+
+  def decode(self, ids):
+    return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+def test_text_generate_returns_consistent_completions(setup):
+  cfg, params, sampler, _ = setup
+  gen = text.TextGenerator(cfg, _Bytes())
+  prompts = ["abc", "hello", "x" * 40]
+  outs = gen.generate(
+      params, prompts, role=T.Role.AGENT, max_new_tokens=NEW,
+      temperature=0.0, rng=jax.random.key(0), max_prompt_tokens=7,
+  )  # fmt: skip
+  assert len(outs) == 3
+  # Truncated from the left, BOS kept in front.
+  assert outs[2].prompt_ids == [BOS] + [ord("x")] * 6
+  assert outs[0].prompt_ids == [BOS] + list(b"abc")
+  ref = sampler(
+      params, [o.prompt_ids for o in outs] + [[PAD]], max_new_tokens=NEW,
+      rng=jax.random.key(0), temperature=0.0,
+  )  # fmt: skip
+  for i, o in enumerate(outs):
+    n = int(ref.lengths[i])
+    assert o.token_ids == ref.tokens[i, :n].tolist()
+    np.testing.assert_allclose(o.logprobs, ref.logprobs[i, :n], atol=1e-6)
+    body = [t for t in o.token_ids if t != EOS]
+    assert o.text == _Bytes().decode(body)
+    assert o.finished == (EOS in o.token_ids)
+  assert text.truncate_left([BOS, 1, 2, 3], 2, BOS) == [BOS, 3]
+  assert text.truncate_left([1, 2, 3], 2, None) == [2, 3]
