@@ -624,6 +624,11 @@ def validate_program(
     if alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
       signal.signal(signal.SIGALRM, old_handler)
+  if not run.result["valid"] and sink.size:
+    printed = "".join(sink.kept)[:300]
+    run.result["message"] += f" (the program printed: {printed!r})"
+  # Verdicts go back into designer prompts: keep messages short.
+  run.result["message"] = run.result["message"][:2000]
   run.result["printed_chars"] = sink.size
   run.result["elapsed_s"] = round(time.monotonic() - start, 4)
   return run.result

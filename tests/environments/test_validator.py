@@ -180,6 +180,13 @@ def test_messages_name_the_program_line():
   assert "ZeroDivisionError" in v["message"] and "(line 10)" in v["message"]
 
 
+def test_printed_text_is_quoted_in_a_failure():
+  source = _with("self.turn_count += 1", "print('debug: turn');1/0")
+  v = validator.validate_program(source)
+  assert v["reason"] == "step"
+  assert v["message"].endswith("(the program printed: 'debug: turn\\n')")
+
+
 def test_printing_is_swallowed_and_counted():
   source = _with("self.turn_count = 0", "self.turn_count = 0; print('x' * 50)")
   v = validator.validate_program(source)
