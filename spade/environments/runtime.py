@@ -62,8 +62,8 @@ def _solution_text(solution: Any) -> str:
 class ToolUseBaseEnv:
   """Base environment for tool-use tasks with the <tool_call> protocol.
 
-  The agent interacts by replying with
-  ``<tool_call>{"name": "tool_name", "arguments": {"key": "value"}}</tool_call>``
+  The agent interacts by replying with a call such as
+  ``<tool_call>{"name": "lookup", "arguments": {"id": "7"}}</tool_call>``
   or submits ``<answer>final result</answer>``.
 
   Subclasses implement ``reset(seed=None)`` (set ``self._tools``,

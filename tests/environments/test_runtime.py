@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -180,3 +182,23 @@ def test_program_errors(source, reason):
     runtime.load_program(source)
   assert e.value.reason == reason
   assert e.value.message
+
+
+def test_runtime_and_validator_import_with_the_standard_library_only():
+  # The sandbox worker imports them before numpy/math_verify are preloaded.
+  code = (
+      "import sys\n"
+      "import spade.environments.runtime, spade.environments.validator\n"
+      "heavy = {'numpy', 'math_verify', 'jax', 'gymnasium', 'ml_collections'}"
+      "\n"
+      "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+  )
+  root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+  out = subprocess.run(
+      [sys.executable, "-c", code],
+      cwd=root,
+      capture_output=True,
+      text=True,
+      check=True,
+  )
+  assert out.stdout.strip() == "[]"

@@ -103,7 +103,8 @@ class BankTransferEnv(ToolUseBaseEnv):
       if self._current_msg >= len(self._user_messages):
         return "\n\n[ALL STEPS COMPLETE] Submit <answer>done</answer>."
       nxt = self._user_messages[self._current_msg]
-      return f"\n\n[STEP {self._current_msg} COMPLETE — NEW INSTRUCTION] {nxt}"
+      step = self._current_msg
+      return f"\n\n[STEP {step} COMPLETE — NEW INSTRUCTION] {nxt}"
     return ""
 
   def _check_answer(self, answer):

@@ -106,7 +106,10 @@ class BoxPushEnv:
     self.turn_count += 1
     m = _boxed(action)
     if m not in _MOVES:
-      msg = "Reply with \\boxed{up}, \\boxed{down}, \\boxed{left} or \\boxed{right}."
+      msg = (
+          "Reply with \\boxed{up}, \\boxed{down}, \\boxed{left} or"
+          " \\boxed{right}."
+      )
     else:
       self._moves += 1
       dr, dc = _MOVES[m]

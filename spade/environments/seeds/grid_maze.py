@@ -88,7 +88,10 @@ class GridMazeEnv:
     self.turn_count += 1
     move = _boxed(action)
     if move not in _MOVES:
-      msg = "Reply with \\boxed{up}, \\boxed{down}, \\boxed{left} or \\boxed{right}."
+      msg = (
+          "Reply with \\boxed{up}, \\boxed{down}, \\boxed{left} or"
+          " \\boxed{right}."
+      )
     else:
       self._moves += 1
       r, c = self._pos[0] + _MOVES[move][0], self._pos[1] + _MOVES[move][1]

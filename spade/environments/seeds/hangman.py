@@ -100,7 +100,8 @@ class HangmanEnv:
     return f"{msg}\n{self._show()}", 0.0, False, False, {}
 
   def hint(self):
-    return f"The word has {len(self._word)} letters and starts with '{self._word[0]}'."
+    w = self._word
+    return f"The word has {len(w)} letters and starts with '{w[0]}'."
 
   def solution(self):
     letters = sorted(set(self._word) - self._guessed)

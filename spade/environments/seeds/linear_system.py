@@ -1,4 +1,4 @@
-"""Seed environment (algebra): solve three linear equations in three unknowns."""
+"""Seed environment (algebra): three linear equations, three unknowns."""
 
 import random
 import re
@@ -78,7 +78,8 @@ class LinearSystemEnv:
       return f"{msg} Out of turns.", 0.0, False, True, {}
     found = ", ".join(f"{v}={self._sol[v]}" for v in sorted(self._found))
     return (
-        f"{msg} Known: {found or 'none'}. Lives: {self._lives}.\n{self._show()}",
+        f"{msg} Known: {found or 'none'}. Lives: {self._lives}.\n"
+        + self._show(),
         0.0,
         False,
         False,

@@ -76,7 +76,8 @@ class PairsConcentrationEnv:
       self._done = True
       return f"{msg} Out of turns.", 0.0, False, True, {}
     return (
-        f"{msg}\n{self._show()} Turns left: {self.max_turns - self.turn_count}.",
+        f"{msg}\n{self._show()} Turns left:"
+        f" {self.max_turns - self.turn_count}.",
         0.0,
         False,
         False,

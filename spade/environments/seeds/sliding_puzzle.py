@@ -87,7 +87,10 @@ class SlidingPuzzleEnv:
     self.turn_count += 1
     d = _boxed(action)
     if d not in _DIRS:
-      msg = "Reply with \\boxed{up}, \\boxed{down}, \\boxed{left} or \\boxed{right}."
+      msg = (
+          "Reply with \\boxed{up}, \\boxed{down}, \\boxed{left} or"
+          " \\boxed{right}."
+      )
     else:
       self._moves += 1
       n = _move(self._board, d)

@@ -103,7 +103,8 @@ class WordLadderEnv:
     )
 
   def hint(self):
-    return f"The next word on a shortest ladder is '{self._ladder(self._word)[0]}'."
+    nxt = self._ladder(self._word)[0]
+    return f"The next word on a shortest ladder is '{nxt}'."
 
   def solution(self):
     return [f"\\boxed{{{w}}}" for w in self._ladder(self._word)]
