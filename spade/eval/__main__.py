@@ -43,22 +43,20 @@ def _fail(message: str) -> None:
 def load_agent_params(config, workdir: str):
   """The parameters to evaluate: the workdir's latest checkpoint, else initial.
 
-  This is the one place that chooses the weights. `latest_params` is the
-  training loop's reader of its own checkpoints; until a checkpoint exists
-  (or while the loop does not provide the reader) the config's initial weights
-  are evaluated, and the log says so.
+  This is the one place that chooses the weights: the newest readable
+  checkpoint the training loop wrote in `workdir`
+  (`spade.train.checkpoints.latest_params`), or, when there is none, the
+  config's initial weights (`spade.model.checkpoints.initial_params`).
 
   Returns:
-    (params, description of where they came from).
+    (params, a description of where they came from).
   """
   from spade.model import checkpoints as model_checkpoints  # pylint: disable=g-import-not-at-top
   from spade.train import checkpoints as train_checkpoints  # pylint: disable=g-import-not-at-top
 
-  latest_params = getattr(train_checkpoints, "latest_params", None)
-  if latest_params is not None:
-    params = latest_params(config, workdir)
-    if params is not None:
-      return params, f"latest checkpoint in {workdir}"
+  params = train_checkpoints.latest_params(config, workdir)
+  if params is not None:
+    return params, f"latest checkpoint in {workdir}"
   where = config.checkpoint.kind
   return model_checkpoints.initial_params(config), f"initial weights ({where})"
 

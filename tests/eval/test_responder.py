@@ -1,11 +1,15 @@
 """The model-backed responder on the tiny config (one compiled sampler)."""
 
+import jax
+import numpy as np
 import pytest
 
 from spade import config as config_lib
+from spade.eval import __main__ as cli
 from spade.eval import responder as responder_lib
 from spade.eval import runner
 from spade.model import checkpoints
+from spade.train import checkpoints as train_checkpoints
 
 
 def _config():
@@ -71,3 +75,16 @@ def test_max_new_tokens_must_leave_room_for_a_prompt(params):
   config.eval.max_new_tokens = config.model.max_len
   with pytest.raises(Exception, match="leaves no room"):
     responder_lib.ModelResponder(config, params)
+
+
+def test_cli_weights_come_from_the_latest_checkpoint(params, tmp_path):
+  config = _config()
+  loaded, source = cli.load_agent_params(config, str(tmp_path))
+  assert source == "initial weights (scratch)"
+  shifted = jax.tree.map(lambda x: x + 1.0, params)
+  manager = train_checkpoints.make_manager(str(tmp_path))
+  train_checkpoints.save(manager, 7, {"params": shifted}, {})
+  loaded, source = cli.load_agent_params(config, str(tmp_path))
+  assert source == f"latest checkpoint in {tmp_path}"
+  for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(shifted)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want))
