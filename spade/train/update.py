@@ -179,12 +179,9 @@ def _compile(step, mesh, config, check_keys) -> UpdateFn:
           out_shardings=(state_sh, replicated),
           donate_argnums=(0,),
       )
-    # Rules without a global mesh: the model's activation constraints are
-    # no-ops and XLA propagates the state's and batch's shardings. Under
-    # `sharding.use_rules` (mesh set) flax's apply-time shape check re-runs
-    # DenseGeneral's boxed kernel init, whose 3-axis names then hit the flat
-    # 2-D kernel and fail.
-    with nn.logical_axis_rules(rules):
+    # Traced under the mesh and rules, so the model's logical activation
+    # constraints (batch over data x fsdp, ...) shape the partitioning.
+    with sharding.use_rules(mesh, rules):
       return compiled[key](state, batch)
 
   update_fn.batch_sharding = batch_sh
