@@ -108,6 +108,7 @@ class ReasoningGymSuite(registry.SingleTurnSuite):
               value,
               reply,
               f"answer={answer[:40]!r} expected={item.entry['answer'][:40]!r}",
+              item.category,
           )
       )
     return results

@@ -41,6 +41,7 @@ class ItemResult:
   score: float
   reply: str
   detail: str = ""
+  group: str = ""  # category / environment, for the per-group means
 
   def log_line(self, suite: str) -> str:
     """One human-readable line for the per-item log."""
@@ -73,6 +74,14 @@ class SuiteResult:
     """How many items were scored."""
     return len(self.items)
 
+  def by_group(self) -> dict[str, float]:
+    """Mean score per item group (category, environment), sorted by name."""
+    groups: dict[str, list[float]] = {}
+    for item in self.items:
+      if item.group:
+        groups.setdefault(item.group, []).append(item.score)
+    return {g: sum(s) / len(s) for g, s in sorted(groups.items())}
+
   def summary(self) -> dict[str, Any]:
     """The JSON-able summary the CLI prints as its last line."""
     return {
@@ -80,6 +89,7 @@ class SuiteResult:
         "score": self.score,
         "num_examples": self.num_examples,
         "num_full_score": sum(1 for i in self.items if i.score >= 1.0),
+        "by_group": self.by_group(),
         **self.info,
     }
 

@@ -54,6 +54,8 @@ def run_suites(
     params: Any,
     pool: Any,
     step: int,
+    *,
+    mesh: Any = None,
 ) -> dict[str, float]:
   """Evaluates the agent role of `params` on every suite in `config.eval`.
 
@@ -62,13 +64,14 @@ def run_suites(
     params: the shared model parameters.
     pool: the trainer's SandboxPool (humaneval and seed_heldout need it).
     step: the training iteration, logged and used as the sampling seed.
+    mesh: the device mesh `params` are sharded over, if any.
 
   Returns:
     {"eval/<suite>": score in [0, 1]} for each configured suite.
   """
   from spade.eval import responder as responder_lib  # pylint: disable=g-import-not-at-top
 
-  model = responder_lib.ModelResponder(config, params, seed=step)
+  model = responder_lib.ModelResponder(config, params, seed=step, mesh=mesh)
   metrics = {}
   for name in config.eval.suites:
     result = evaluate(

@@ -181,7 +181,7 @@ class SeedHeldoutSuite:
           f" error={ep.error}" if ep.error else ""
       )
       last = ep.turns[-1][0] if ep.turns else ""
-      result = registry.ItemResult(ep.item_id, score, last, detail)
+      result = registry.ItemResult(ep.item_id, score, last, detail, ep.name)
       log(result.log_line(self.name))
       results.append(result)
     return registry.SuiteResult(

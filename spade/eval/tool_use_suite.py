@@ -103,7 +103,13 @@ class ToolUseSuite(registry.SingleTurnSuite):
           item["function"], calls, item["ground_truth"]
       )
       results.append(
-          registry.ItemResult(item["id"], 1.0 if ok else 0.0, reply, reason)
+          registry.ItemResult(
+              item["id"],
+              1.0 if ok else 0.0,
+              reply,
+              reason,
+              item["id"].rsplit("_", 1)[0],
+          )
       )
     return results
 

@@ -75,6 +75,10 @@ def test_reasoning_gym_boxed_and_last_line_answers(
       "reasoning_gym", config, mixed, num_examples=8, log=lambda _: None
   )
   assert result.score == pytest.approx(1 / 8)  # basic_arithmetic only
+  by_group = result.summary()["by_group"]
+  assert sorted(by_group) == sorted(config.eval.reasoning_gym_categories)
+  assert by_group["basic_arithmetic"] == 1.0
+  assert sum(by_group.values()) == 1.0
 
 
 def _planted_call(entry):
@@ -108,6 +112,7 @@ def test_tool_use_fallback_scores_planted_answers(config, scripted, tmp_path):
   assert "held-out function-calling set" in lines[0]
   assert result.info["source"] == "spade_heldout"
   assert result.score == 1.0 and result.num_examples == 8
+  assert result.by_group() == {"spade_multiple": 1.0, "spade_simple": 1.0}
 
   wrong = scripted(
       lambda m: '<tool_call>{"name": "get_weather", "arguments":'
