@@ -87,7 +87,8 @@ class ModelResponder:
       config: the experiment config (model, tokenizer, agent, eval sections).
       params: the shared parameters (both heads).
       seed: base of the sampling keys (irrelevant when greedy).
-      mesh: optional device mesh for sharded params (`config.mesh.rules`).
+      mesh: optional device mesh that `params` are sharded over (with
+        `config.mesh.rules`); rows are then split over its batch axes.
     """
     section = runner.eval_config(config)
     self._params = params
@@ -103,6 +104,10 @@ class ModelResponder:
           f" for a prompt in config.model.max_len={config.model.max_len}"
       )
     self.batch_size = int(section.batch_size)
+    if mesh is not None:
+      # Rows are sharded over the mesh's batch axes: round up to a multiple.
+      shards = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
+      self.batch_size = -(-self.batch_size // shards) * shards
     self.temperature = float(section.temperature)
     self._top_k = int(config.sampling.top_k)
     self._top_p = float(config.sampling.top_p)

@@ -9,6 +9,7 @@ from spade.eval import __main__ as cli
 from spade.eval import responder as responder_lib
 from spade.eval import runner
 from spade.model import checkpoints
+from spade.model import sharding
 from spade.train import checkpoints as train_checkpoints
 
 
@@ -88,3 +89,14 @@ def test_cli_weights_come_from_the_latest_checkpoint(params, tmp_path):
   assert source == f"latest checkpoint in {tmp_path}"
   for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(shifted)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.slow  # compiles the sampler for the 8-device mesh
+def test_sharded_params_on_the_mesh(params, model):
+  config = _config()
+  mesh = sharding.make_mesh(config.mesh)
+  sharded = sharding.shard_params(params, mesh, config.mesh.rules)
+  on_mesh = responder_lib.ModelResponder(config, sharded, mesh=mesh)
+  assert on_mesh.batch_size == 8  # 4 rounded up to the 8 batch shards
+  prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
+  assert on_mesh.respond(prompts) == model.respond(prompts)
