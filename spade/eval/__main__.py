@@ -80,18 +80,16 @@ def _write_items(workdir: str, result: registry.SuiteResult) -> str:
   return path
 
 
-def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  config = main_lib.load_config()
-  if _SUITE.value is None:
-    _fail(f"--suite is required: one of {sorted(registry.SUITES)}")
-  workdir = flags.FLAGS.workdir
-  num_examples = _NUM_EXAMPLES.value or config.eval.num_examples
-  if num_examples < 1:
-    _fail(f"--num_examples={num_examples} must be >= 1")
+def evaluate_workdir(
+    config, workdir: str, suite_name: str, num_examples: int
+) -> dict:
+  """Runs one suite on the workdir's agent; returns the JSON summary.
+
+  Per-item lines go to stdout as they are scored; the items are also written
+  to `<workdir>/eval/<suite>.jsonl`.
+  """
   os.makedirs(workdir, exist_ok=True)
-  suite = runner.build(_SUITE.value, config)
+  suite = runner.build(suite_name, config)
 
   from spade.eval import responder as responder_lib  # pylint: disable=g-import-not-at-top
 
@@ -108,7 +106,31 @@ def main(argv: list[str]) -> None:
     result = suite.run(model, num_examples=num_examples, log=log)
   path = _write_items(workdir, result)
   logging.info("per-item results in %s", path)
-  summary = dict(result.summary(), weights=source)
+  return dict(result.summary(), weights=source)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  config = main_lib.load_config()
+  if _SUITE.value is None:
+    _fail(f"--suite is required: one of {sorted(registry.SUITES)}")
+  num_examples = _NUM_EXAMPLES.value
+  if num_examples is None:
+    num_examples = config.eval.num_examples
+  if num_examples < 1:
+    _fail(f"--num_examples={num_examples} must be >= 1")
+  from spade.sandbox import pool as pool_lib  # pylint: disable=g-import-not-at-top
+
+  try:
+    summary = evaluate_workdir(
+        config, flags.FLAGS.workdir, _SUITE.value, num_examples
+    )
+  except registry.EvalError as e:
+    _fail(str(e))
+  except pool_lib.SandboxError as e:
+    _fail(f"sandbox: {e.reason}: {e.message}")
+  # The summary is the last line of stdout, for scripts to read.
   sys.stdout.write(json.dumps(summary) + "\n")
   sys.stdout.flush()
 

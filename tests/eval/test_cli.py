@@ -14,8 +14,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
-def _run_cli(workdir, *args):
+def _run_cli(workdir, *args, path=None):
   env = dict(os.environ)
+  if path is not None:
+    env["PATH"] = path
   # One CPU device is enough for the CLI; the fake 8 are for sharding tests.
   env["XLA_FLAGS"] = ""
   proc = subprocess.run(
@@ -94,3 +96,23 @@ def test_cli_rejects_unknown_suite(tmp_path):
   proc = _run_cli(str(tmp_path), "--suite=mmlu")
   assert proc.returncode != 0
   assert "mmlu" in proc.stderr and "reasoning_gym" in proc.stderr
+
+
+def test_cli_rejects_zero_examples(tmp_path):
+  proc = _run_cli(str(tmp_path), "--suite=tool_use", "--num_examples=0")
+  assert proc.returncode == 2
+  assert "--num_examples=0 must be >= 1" in proc.stderr
+
+
+def test_cli_without_runsc_says_what_to_install(tmp_path):
+  # No runsc on PATH: the sandboxed suites stop with one clear line.
+  proc = _run_cli(
+      str(tmp_path),
+      "--suite=humaneval",
+      "--num_examples=1",
+      path="/nonexistent",
+  )
+  assert proc.returncode == 2
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("spade.eval: error: sandbox:"), proc.stderr[-2000:]
+  assert "runsc" in last
