@@ -5,7 +5,8 @@ renamed variables, methods or classes is caught:
 
   * a normalised-AST fingerprint: the program's AST with every identifier that
     is not a builtin or a dunder renamed to its order of first appearance
-    (`v0`, `v1`, ...) and docstrings dropped, hashed. Equal fingerprints mean
+    (`v0`, `v1`, ...; attribute names in their own series `a0`, `a1`, ...)
+    and docstrings dropped, hashed. Equal fingerprints mean
     the same program up to names and docstrings; programs that do not parse
     have none.
   * a MinHash of the program's token 5-shingles, with identifiers normalised
@@ -60,17 +61,24 @@ def _keep_name(name: str) -> bool:
 
 
 class _Names:
-  """Maps identifiers to `v0, v1, ...` by order of first appearance."""
+  """Maps identifiers to `v0, v1, ...` by order of first appearance.
+
+  Attribute names (after a dot) get their own series, `a0, a1, ...`: in
+  `self.limit = limit` the two names coincide by habit, and a copy that
+  renames only one of them should still match.
+  """
 
   def __init__(self):
     self._map: dict[str, str] = {}
+    self._attrs: dict[str, str] = {}
 
-  def __call__(self, name: str) -> str:
+  def __call__(self, name: str, attribute: bool = False) -> str:
     if _keep_name(name):
       return name
-    if name not in self._map:
-      self._map[name] = f"v{len(self._map)}"
-    return self._map[name]
+    table, prefix = (self._attrs, "a") if attribute else (self._map, "v")
+    if name not in table:
+      table[name] = f"{prefix}{len(table)}"
+    return table[name]
 
 
 def _canonical_string(literal: str) -> str:
@@ -103,7 +111,7 @@ def code_tokens(code: str) -> list[str]:
       if tok.type in _SKIP_TOKENS:
         continue
       if tok.type == tokenize.NAME:
-        out.append(names(tok.string))
+        out.append(names(tok.string, attribute=bool(out) and out[-1] == "."))
       elif tok.type == tokenize.INDENT:
         out.append("<INDENT>")
       elif tok.type == tokenize.DEDENT:
@@ -117,7 +125,9 @@ def code_tokens(code: str) -> list[str]:
     out = []
     names = _Names()
     for tok in _FALLBACK_TOKEN.findall(code):
-      out.append(names(tok) if tok[0].isalpha() or tok[0] == "_" else tok)
+      if tok[0].isalpha() or tok[0] == "_":
+        tok = names(tok, attribute=bool(out) and out[-1] == ".")
+      out.append(tok)
     return out
 
 
@@ -179,7 +189,7 @@ class _Normaliser(ast.NodeTransformer):
     elif isinstance(node, ast.arg):
       node.arg = self.names(node.arg)
     elif isinstance(node, ast.Attribute):
-      node.attr = self.names(node.attr)
+      node.attr = self.names(node.attr, attribute=True)
     elif isinstance(node, ast.keyword) and node.arg is not None:
       node.arg = self.names(node.arg)
     elif isinstance(node, ast.ExceptHandler) and node.name:

@@ -24,6 +24,15 @@ def test_renamed_copy_has_the_same_ast_fingerprint():
   assert dedup.ast_fingerprint(copy) == dedup.ast_fingerprint(programs.GUESS)
 
 
+def test_renaming_only_attributes_keeps_the_fingerprint():
+  # `self.max_turns = max_turns` becomes `self.x_max_turns = max_turns`: the
+  # coincidence of the two names is gone, the program is the same.
+  copy = programs.GUESS.replace("self.", "self.x_")
+  assert "self.x_max_turns = max_turns" in copy
+  assert dedup.ast_fingerprint(copy) == dedup.ast_fingerprint(programs.GUESS)
+  assert dedup.code_tokens("self.limit = limit") == ["v0", ".", "a0", "=", "v1"]
+
+
 def test_docstring_change_keeps_the_fingerprint_but_a_string_does_not():
   reworded = programs.GUESS.replace(
       "Guess a secret number between 1 and 100;", "A hi-lo guessing game;"
