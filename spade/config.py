@@ -175,6 +175,9 @@ def base_config() -> ConfigDict:
   # then the lowest latest-regret valid one; never the `keep_recent` newest.
   c.memory.keep_recent = 32
   c.memory.mutation_pool = 8  # mutation parents: the top-N by regret
+  # Fraction of designer prompts that edit `Archive.mutation_parent` into a
+  # harder variant instead of writing from scratch (0: no mutation).
+  c.memory.mutation_fraction = 0.0
 
   c.grounding = ConfigDict()
   c.grounding.enabled = True

@@ -187,6 +187,19 @@ def _words(text: str) -> set[str]:
   return {w for w in _WORDS.findall(text.lower()) if w not in _STOP}
 
 
+def _on_host(state: replay_lib.ReplayState) -> replay_lib.ReplayState:
+  """Commits the replay state to the CPU.
+
+  Its tiny ops then stay off the accelerator: jitted functions run where their
+  inputs live.
+  """
+  try:
+    cpu = jax.devices("cpu")[0]
+  except RuntimeError:  # JAX_PLATFORMS without cpu: use the default device
+    return state
+  return jax.device_put(state, cpu)
+
+
 def _as_generator(rng) -> np.random.Generator:
   """An int seed or a JAX key, as a NumPy generator (host-side draws)."""
   if isinstance(rng, (int, np.integer)):
@@ -240,6 +253,8 @@ class Archive:
       raise ValueError("config.memory.replay_temperature must be > 0")
     if not 0.0 <= c.staleness_coef <= 1.0:
       raise ValueError("config.memory.staleness_coef must be in [0, 1]")
+    if not 0.0 <= c.mutation_fraction <= 1.0:
+      raise ValueError("config.memory.mutation_fraction must be in [0, 1]")
     self.config = c
     self.enabled = bool(c.enabled)
     self._entries: dict[str, Entry] = {}
@@ -248,7 +263,7 @@ class Archive:
     # Slots: one more than capacity, since an add precedes its eviction.
     self._slots: dict[str, int] = {}
     self._free = list(range(c.capacity, -1, -1))
-    self._replay = replay_lib.init(c.capacity + 1)
+    self._replay = _on_host(replay_lib.init(c.capacity + 1))
     self._evicted_fingerprints: dict[str, list] = {}
     self._next_id = 0
     self._duplicates = 0
@@ -676,7 +691,7 @@ class Archive:
     pad = size - old.scores.shape[0]
     if pad <= 0:
       return
-    new = replay_lib.init(size)
+    new = _on_host(replay_lib.init(size))
     self._replay = replay_lib.ReplayState(
         scores=new.scores.at[: old.scores.shape[0]].set(old.scores),
         last_sampled=new.last_sampled.at[: old.scores.shape[0]].set(
