@@ -109,7 +109,7 @@ def read_jsonl(path: str, text_key: str = "text", title_key: str = "title"):
     The documents, in file then line order.
   """
   docs = []
-  for file in _expand(path, (".jsonl", ".jsonl.gz", ".json"), "jsonl"):
+  for file in _expand(path, (".jsonl", ".jsonl.gz"), "jsonl"):
     name = os.path.basename(file)
     with _open_text(file) as f:
       for line_no, line in enumerate(f, 1):

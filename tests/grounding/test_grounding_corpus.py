@@ -76,6 +76,7 @@ def test_jsonl_directory_and_gzip(tmp_path):
   (tmp_path / "a.jsonl").write_text(json.dumps({"text": "first doc"}) + "\n")
   with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
     f.write(json.dumps({"text": "second doc"}) + "\n")
+  (tmp_path / "settings.json").write_text('{"not": "a corpus"}')
   corpus = build_corpus(_config(source="jsonl", path=str(tmp_path)))
   assert [d.text for d in corpus.documents] == ["first doc", "second doc"]
 
