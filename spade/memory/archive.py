@@ -376,13 +376,14 @@ class Archive:
       self._slots[env_id] = slot
       self._replay = replay_lib.insert(self._replay, slot, 0.0, int(iteration))
     while len(self._entries) > self.config.capacity:
-      self._evict_one(keep=env_id)
+      self._evict_one(keep=env_id, iteration=int(iteration))
     return env_id, None
 
-  def _evict_one(self, keep: str | None = None) -> None:
+  def _evict_one(self, keep: str | None = None, iteration: int = -1) -> None:
     ids = list(self._entries)
     protected = set(ids[len(ids) - self.config.keep_recent :])
-    protected |= set(self._replayed_now[1])
+    if self._replayed_now[0] >= iteration:  # replayed in this iteration
+      protected |= set(self._replayed_now[1])
     protected.add(keep)
     candidates = [i for i in ids if i not in protected]
     candidates = candidates or [i for i in ids if i != keep][:1]

@@ -178,10 +178,15 @@ def test_entries_replayed_this_iteration_are_not_evicted():
   second = a.add(programs.numbered(1), verdict=OK, iteration=0)[0]
   _played(a, second, 0.9)
   assert first in a.replay(2, 0, 1)
-  a.add(programs.numbered(2), verdict=OK, iteration=1)
+  newest = a.add(programs.numbered(2), verdict=OK, iteration=1)[0]
   assert len(a) == 2
   # Both old entries were replayed this iteration, so the oldest goes.
   assert first not in a and second in a
+  # A replay in an earlier iteration protects nothing: `second` (0.9) is
+  # now the lowest-regret entry.
+  _played(a, newest, 0.95, iteration=1)
+  third = a.add(programs.numbered(3), verdict=OK, iteration=2)[0]
+  assert second not in a and newest in a and third in a
 
 
 def test_state_dict_round_trips_through_json():
