@@ -1,0 +1,165 @@
+r"""Throughput and model-FLOPs utilisation of the jitted update step.
+
+  python benchmarks/train_step.py
+  python benchmarks/train_step.py --rows=tiny:8x128,tiny:32x512 --steps=5
+
+Each row times `spade.train.update.make_update_step` (designer and agent
+sub-batches of B x L tokens each, both through the shared trunk) on one
+device after one warm-up call, and prints tokens/s and MFU: model FLOPs per
+second over a measured matmul peak (the best of several large float32
+`jnp.dot`s on the same device). Model FLOPs count what the step computes: 3x
+the forward (forward + backward), matmuls 2 * params * tokens (the
+unembedding included, the embedding lookup not) plus attention 4 * L * heads
+* head_dim per token and layer (dense: the causal mask is applied to a full
+score matrix). The last line is key=value pairs for the first row.
+"""
+
+from __future__ import annotations
+
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spade import config as config_lib
+from spade.model import sharding
+from spade.model import transformer
+from spade.train import state as state_lib
+from spade.train import update
+
+_ROWS = flags.DEFINE_string(
+    "rows",
+    "tiny:8x128,tiny:64x512,medium:8x256",
+    "Comma-separated model:BxL; models: tiny (config defaults), medium.",
+)
+_STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per row.")
+_PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matmul size for the peak.")
+
+# A bigger model that still steps in seconds on a 2-core CPU.
+_MEDIUM = dict(
+    embed_dim=512, num_layers=4, num_heads=8, num_kv_heads=4, head_dim=64,
+    mlp_dim=2048,
+)  # fmt: skip
+
+
+def matmul_peak(n: int, repeats: int = 5) -> float:
+  """Best float32 FLOP/s of an n x n x n jnp.dot on the default device."""
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  dot(a, b).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    dot(a, b).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2 * n**3 / best
+
+
+def train_flops_per_token(m, length: int) -> float:
+  """Forward + backward FLOPs per token of the model config `m`."""
+  attn = m.embed_dim * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+  mlp = 3 * m.embed_dim * m.mlp_dim
+  matmul = m.num_layers * (attn + mlp) + m.vocab_size * m.embed_dim
+  scores = m.num_layers * 4 * length * m.num_heads * m.head_dim
+  return 3 * (2 * matmul + scores)
+
+
+def _batch(rows: int, length: int, vocab: int, rng) -> dict:
+  loss_mask = np.zeros((rows, length), bool)
+  loss_mask[:, length // 2 :] = True  # prompt, then the sampled completion
+  return {
+      "tokens": rng.integers(0, min(vocab, 256), (rows, length), np.int32),
+      "input_mask": np.ones((rows, length), bool),
+      "loss_mask": loss_mask,
+      "old_logprobs": np.full((rows, length), -np.log(vocab), np.float32),
+      "advantages": rng.normal(size=rows).astype(np.float32),
+      "weights": np.ones(rows, np.float32),
+  }
+
+
+def time_row(model_name: str, rows: int, length: int, steps: int) -> dict:
+  """Times the update step for one model and batch shape."""
+  c = config_lib.base_config()
+  if model_name == "medium":
+    c.model.update(_MEDIUM)
+  elif model_name != "tiny":
+    raise ValueError(f"unknown model {model_name!r}: use tiny or medium")
+  c.model.max_len = max(c.model.max_len, length)
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 1, 1
+  mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+  model = transformer.build_model(c.model)
+  optimizer = state_lib.make_optimizer(c.optim)
+  params = transformer.init_params(c.model, jax.random.PRNGKey(0))
+  state = state_lib.create_state(
+      params, optimizer, rng=jax.random.PRNGKey(1), mesh=mesh,
+      rules=c.mesh.rules,
+  )  # fmt: skip
+  step = update.make_update_step(model, optimizer, mesh, c)
+  rng = np.random.default_rng(0)
+  batch = {
+      "designer": _batch(rows, length, c.model.vocab_size, rng),
+      "agent": _batch(rows, length, c.model.vocab_size, rng),
+  }
+  t = time.perf_counter()
+  state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  compile_s = time.perf_counter() - t
+  times = []
+  for _ in range(steps):
+    t = time.perf_counter()
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - t)
+  step_s = float(np.median(times))
+  tokens = 2 * rows * length
+  n_params = sum(x.size for x in jax.tree.leaves(params))
+  flops = tokens * train_flops_per_token(c.model, length)
+  return dict(
+      model=model_name,
+      params=n_params,
+      batch=rows,
+      length=length,
+      compile_s=compile_s,
+      step_s=step_s,
+      train_tokens_s=tokens / step_s,
+      model_flops_s=flops / step_s,
+  )
+
+
+def main(argv):
+  del argv
+  peak = matmul_peak(_PEAK_N.value)
+  print(
+      f"device {jax.devices()[0].device_kind}: float32 matmul peak"
+      f" {peak / 1e9:.1f} GFLOP/s ({_PEAK_N.value}^3 jnp.dot)"
+  )
+  results = []
+  for spec in _ROWS.value.split(","):
+    name, shape = spec.split(":")
+    rows, length = (int(v) for v in shape.split("x"))
+    r = time_row(name, rows, length, _STEPS.value)
+    r["mfu"] = r["model_flops_s"] / peak
+    results.append(r)
+    print(
+        f"{r['model']:>6} params={r['params']:>9,} B={rows:<3} L={length:<4}"
+        f" step={r['step_s'] * 1e3:8.1f} ms  {r['train_tokens_s']:9.0f} tok/s"
+        f"  {r['model_flops_s'] / 1e9:6.1f} GFLOP/s  MFU {r['mfu']:.1%}"
+        f"  (compile {r['compile_s']:.1f} s)"
+    )
+  first = results[0]
+  best = max(results, key=lambda r: r["mfu"])
+  print(
+      f"train_tokens_s={first['train_tokens_s']:.0f} mfu={first['mfu']:.3f}"
+      f" step_ms={first['step_s'] * 1e3:.1f} peak_gflops={peak / 1e9:.1f}"
+      f" batch={first['batch']} length={first['length']}"
+      f" best_mfu={best['mfu']:.3f}"
+      f" best_row={best['model']}:{best['batch']}x{best['length']}"
+  )
+
+
+if __name__ == "__main__":
+  app.run(main)
