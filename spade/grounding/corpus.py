@@ -185,6 +185,9 @@ class Corpus:
   def restore(self, state: dict) -> None:
     """Resumes the stream where `state()` left it.
 
+    The state's seed replaces the configured one, so a resumed run continues
+    the same order even if `config.grounding.seed` was changed.
+
     Args:
       state: a dict from `state()`.
 
