@@ -57,7 +57,11 @@ _BLOCK = 512
 
 @dataclasses.dataclass(frozen=True)
 class SampleOutput:
-  """What `Sampler.__call__` returns (arrays on the host as numpy)."""
+  """What `Sampler.__call__` returns: host numpy arrays of the WHOLE batch.
+
+  Under a mesh the outputs are replicated, so on every process of a
+  multi-host run these hold all rows (no further all-gather is needed).
+  """
 
   tokens: np.ndarray  # int32[B, max_new_tokens]
   logprobs: np.ndarray  # float32[B, max_new_tokens]
@@ -246,9 +250,9 @@ class Sampler:
     greedy = temperature == 0
     args = (
         params,
-        jnp.asarray(prompts),
-        jnp.asarray(prompt_lengths),
-        jnp.asarray(limits),
+        prompts,
+        prompt_lengths,
+        limits,
         rng,
         jnp.float32(temperature if not greedy else 1.0),
         jnp.float32(top_p),
@@ -265,8 +269,17 @@ class Sampler:
       rules = self.rules or config_lib.base_config().mesh.rules
       rows = sharding.logical_sharding(self.mesh, rules, "batch")
       grid = sharding.batch_sharding(self.mesh, rules, 2)
+      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+      if b % shards:
+        raise ValueError(
+            f"batch {b} is not a multiple of the mesh's batch shards "
+            f"(data*fsdp = {shards}); pad the batch with filler prompts"
+        )
+      # Every process holds the same global host arrays (multi-host SPMD);
+      # each places only its addressable shards.
       args = args[:1] + tuple(
-          jax.device_put(a, s) for a, s in zip(args[1:4], (grid, rows, rows))
+          jax.make_array_from_callback(a.shape, s, lambda i, a=a: a[i])
+          for a, s in zip(args[1:4], (grid, rows, rows))
       ) + args[4:]  # fmt: skip
       with sharding.use_rules(self.mesh, rules):
         out = self._compiled(*args, **static)
@@ -356,4 +369,12 @@ class Sampler:
     _, tokens, logprobs, lengths, _, finished, _ = jax.lax.while_loop(
         cond, body, carry
     )
+    if self.mesh is not None:
+      # Small outputs, replicated so every process can read the whole batch.
+      everywhere = jax.sharding.NamedSharding(
+          self.mesh, jax.sharding.PartitionSpec()
+      )
+      return jax.lax.with_sharding_constraint(
+          (tokens, logprobs, lengths, finished), everywhere
+      )
     return tokens, logprobs, lengths, finished
