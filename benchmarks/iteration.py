@@ -8,7 +8,7 @@ compilation, so the figures are taken from the last one. Prints per-phase
 seconds and how much of the sandbox time was hidden behind sampling (the
 rollout engine steps one half of the episodes while sampling the other);
 the last line is key=value pairs: iteration_s, sampling_s, sandbox_s,
-sandbox_hidden_s, hidden_frac, update_s.
+rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s.
 """
 
 from __future__ import annotations
@@ -48,11 +48,16 @@ def main(argv):
         f" {row['time/sandbox_s']:.2f}s ({row['time/sandbox_hidden_s']:.2f}s"
         f" hidden), update {row['time/update_s']:.2f}s"
     )
-  hidden = last["time/sandbox_hidden_s"] / max(last["time/sandbox_s"], 1e-9)
+  # Validation cannot overlap sampling (the programs come from it); the
+  # rollout's environment steps can, and that is what the fraction measures.
+  hidden = last["time/sandbox_hidden_s"] / max(
+      last["time/rollout_sandbox_s"], 1e-9
+  )
   print(
       f"iteration_s={last['time/iteration_s']:.3f}"
       f" sampling_s={last['time/sampling_s']:.3f}"
       f" sandbox_s={last['time/sandbox_s']:.3f}"
+      f" rollout_sandbox_s={last['time/rollout_sandbox_s']:.3f}"
       f" sandbox_hidden_s={last['time/sandbox_hidden_s']:.3f}"
       f" hidden_frac={hidden:.3f} update_s={last['time/update_s']:.3f}"
   )

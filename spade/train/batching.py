@@ -29,7 +29,7 @@ class Row:
   advantage: float
 
 
-def _bucket(n: int, minimum: int = 16) -> int:
+def _bucket(n: int, minimum: int = 64) -> int:
   size = minimum
   while size < n:
     size *= 2
@@ -68,7 +68,10 @@ def make_batch(
     clipped.append((prompt, completion, logprobs, r.advantage))
   length = _bucket(max((len(p) + len(c) for p, c, _, _ in clipped), default=1))
   length = min(length, max_len)
-  n = max(len(clipped), min_rows or 0, 1)
+  # Rows too go to a power of two (then a multiple of the batch shards): the
+  # number of turns played changes every iteration, the compiled shapes
+  # should not.
+  n = _bucket(max(len(clipped), min_rows or 0, 1), minimum=1)
   n = -(-n // row_multiple) * row_multiple
   tokens = np.full((n, length), pad_id, np.int32)
   positions = np.zeros((n, length), np.int32)

@@ -382,6 +382,7 @@ class Trainer:
         ),
         "time/sampling_s": timer["sampling"],
         "time/sandbox_s": timer["sandbox"],
+        "time/rollout_sandbox_s": stats.sandbox_s,
         "time/sandbox_hidden_s": stats.sandbox_hidden_s,
         "time/update_s": timer["update"],
         "time/iteration_s": time.perf_counter() - t_start,

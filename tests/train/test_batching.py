@@ -11,7 +11,7 @@ def test_rows_are_padded_and_masked():
       batching.Row([7], [8, 9, 10], [-1.0, -2.0, -3.0], -0.5),
   ]
   b = batching.make_batch(rows, max_len=64, pad_id=0, row_multiple=4)
-  assert b["tokens"].shape == (4, 16)
+  assert b["tokens"].shape == (4, 64)
   np.testing.assert_array_equal(b["tokens"][0, :6], [1, 2, 3, 4, 5, 0])
   np.testing.assert_array_equal(
       b["loss_mask"][0, :6], [False, False, False, True, True, False]
@@ -27,6 +27,11 @@ def test_long_row_keeps_completion_and_prompt_tail():
   rows = [batching.Row(list(range(100)), [500, 501], [-1.0, -1.0], 1.0)]
   b = batching.make_batch(rows, max_len=32, pad_id=0)
   assert b["tokens"].shape == (1, 32)
+  rows = rows * 5  # 5 rows -> 8, the next power of two
+  assert batching.make_batch(rows, max_len=32, pad_id=0)["tokens"].shape == (
+      8,
+      32,
+  )
   np.testing.assert_array_equal(b["tokens"][0, -3:], [99, 500, 501])
   assert b["loss_mask"][0].sum() == 2
 
