@@ -154,3 +154,24 @@ def use_rules(mesh, rules: Rules) -> Iterator[None]:
   """
   with jax.set_mesh(mesh), nn.logical_axis_rules(_rules(rules)):
     yield
+
+
+def init_sharded_params(model_config, rng, mesh, rules: Rules) -> Any:
+  """A scratch init created directly in its shards (no full copy anywhere).
+
+  For models too large for one device (Gemma 3 12B/27B on a pod); the values
+  equal `transformer.init_params(model_config, rng)`.
+  """
+  model = transformer.build_model(model_config)
+  tokens = jax.numpy.zeros((1, 1), jax.numpy.int32)
+
+  def init(rng):
+    variables = model.init(rng, tokens, tokens, transformer.Role.DESIGNER)
+    return nn.unbox(variables["params"])
+
+  abstract = jax.eval_shape(init, rng)
+  shardings = jax.tree.map(
+      _fit, abstract, param_shardings(abstract, mesh, rules)
+  )
+  with use_rules(mesh, rules):
+    return jax.jit(init, out_shardings=shardings)(rng)

@@ -108,3 +108,14 @@ def test_sharded_forward_matches_single_device(tiny):
     sharded = sharded_fn(placed, tokens, positions)
   assert sharded.sharding.spec[0] == ("data", "fsdp")
   np.testing.assert_allclose(sharded, single, atol=1e-5)
+
+
+def test_init_sharded_params_equals_single_device_init(tiny):
+  cfg, params = tiny
+  mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
+  rules = config_lib.base_config().mesh.rules
+  placed = sharding.init_sharded_params(cfg, jax.random.key(0), mesh, rules)
+  down = placed["layer_0"]["mlp"]["down"]["kernel"]  # [128, 64]
+  assert down.sharding.spec == P("tensor", "fsdp")
+  for a, b in zip(jax.tree.leaves(placed), jax.tree.leaves(params)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
