@@ -150,7 +150,9 @@ def _step_with(
   return new_state, metrics
 
 
-def _compile(step, mesh, config, check_keys) -> UpdateFn:
+def _compile(
+    step, mesh, config, check_keys, needs_reference: bool = False
+) -> UpdateFn:
   """jit with state/batch shardings and donation, behind a checking wrapper.
 
   The state's shardings come from the first state passed in (its parameter
@@ -170,6 +172,11 @@ def _compile(step, mesh, config, check_keys) -> UpdateFn:
 
   def update_fn(state, batch):
     _check_batch(batch, check_keys, multiple)
+    if needs_reference and state.ref_params is None:
+      raise ValueError(
+          "config.optim.kl_coef > 0 needs reference params in the state:"
+          " create it with state.create_state(..., keep_reference=True)"
+      )
     key = jax.tree.structure(state)
     if key not in compiled:
       state_sh = state_lib.state_shardings(state, mesh, rules)
@@ -255,7 +262,7 @@ def make_update_step(
     return total, metrics
 
   step = functools.partial(_step_with, loss_fn, optimizer)
-  return _compile(step, mesh, config, _POLICY_KEYS)
+  return _compile(step, mesh, config, _POLICY_KEYS, needs_reference=use_kl)
 
 
 def make_sft_step(

@@ -278,3 +278,10 @@ def test_bad_batches_say_what_to_do(setup):
     step(None, missing)
   with pytest.raises(ValueError, match="'designer' and/or 'agent'"):
     step(None, {"critic": {}})
+  kl = _config(kl_coef=0.1)
+  kl_step = update.make_update_step(setup["model"], optimizer, mesh, kl)
+  no_ref = state_lib.TrainState(
+      params=setup["params"], opt_state=(), step=0, rng=0, ref_params=None
+  )
+  with pytest.raises(ValueError, match="keep_reference=True"):
+    kl_step(no_ref, setup["batch"])
