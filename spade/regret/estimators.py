@@ -257,6 +257,13 @@ def designer_reward(
     `invalid_penalty` for invalid ones.
   """
   s = _settings(regret_config)
+  return _designer_reward(name, tuple(sorted(s.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _designer_reward(name: str, settings: tuple) -> RewardFn:
+  """One jitted function per (name, settings): compiled once per shape."""
+  s = dict(settings)
   score = _scores(name, s)
   penalty = s["invalid_penalty"]
 

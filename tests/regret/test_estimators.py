@@ -173,3 +173,14 @@ def test_group_advantages_by_grounding_group():
   std = np.sqrt(((1 - 8 / 3) ** 2 + (8 / 3) ** 2 + (7 - 8 / 3) ** 2) / 3)
   want = [(1 - 8 / 3) / std, -8 / 3 / std, 0, 0, 0, (7 - 8 / 3) / std, 0]
   np.testing.assert_allclose(adv, want, rtol=1e-5, atol=1e-6)
+
+
+def test_no_environments_and_cached_functions():
+  fn = _reward("reference")
+  assert fn is _reward("reference")  # one compiled function per setting
+  out = fn(np.zeros((0, 2, 2)), np.zeros((0, 2, 2), bool), np.zeros(0, bool))
+  assert out.shape == (0,)
+  s = estimators.summarize(
+      np.zeros((0, 2, 2)), np.zeros((0, 2, 2), bool), np.zeros(0, bool)
+  )
+  assert float(s["regret_mean"]) == 0.0 and float(s["return_hint"]) == 0.0
