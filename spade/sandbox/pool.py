@@ -21,6 +21,7 @@ only; never chosen implicitly).
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import inspect
 import itertools
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any
 
 from spade.sandbox import runsc
@@ -46,6 +48,19 @@ _SPADE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PRELOAD_ALWAYS = ("spade.environments.runtime", "spade.environments.validator")
 
 _log = logging.getLogger(__name__)
+
+# Pools still open at interpreter exit are closed then, so that a program
+# that forgot `close()` leaves no sandbox, runsc state or cgroup behind.
+_OPEN_POOLS: "weakref.WeakSet[SandboxPool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pools() -> None:
+  for pool in list(_OPEN_POOLS):
+    try:
+      pool.close()
+    except Exception:  # pylint: disable=broad-except
+      pass
 
 
 class SandboxError(Exception):
@@ -404,6 +419,7 @@ class SandboxPool:
     os.makedirs(self.state_root)
     self._setup_paths()
     self._lock = threading.RLock()
+    self._spare_lock = threading.Lock()
     self._counter = itertools.count()
     self._handles: dict[int, tuple[_Sandbox, int]] = {}
     self._lost: dict[int, str] = {}  # handle -> why it is gone
@@ -422,6 +438,7 @@ class SandboxPool:
     except BaseException:
       self.close()
       raise
+    _OPEN_POOLS.add(self)
 
   @classmethod
   def from_config(cls, sandbox_config) -> "SandboxPool":
@@ -587,20 +604,23 @@ class SandboxPool:
       except BaseException as e:  # pylint: disable=broad-except
         _log.warning("could not start a spare sandbox: %s", e)
         return
-      with self._lock:
-        if self._closed:
-          spare.destroy()
-        else:
+      # Not self._lock: the caller may hold it while joining this thread.
+      with self._spare_lock:
+        closed = self._closed
+        if not closed:
           self._spare = spare
+      if closed:
+        spare.destroy()
 
     self._spare_thread = threading.Thread(target=start, daemon=True)
     self._spare_thread.start()
 
   def _take_fresh(self) -> _Sandbox:
     """A started sandbox: the warm spare if ready, else a new one now."""
-    if self._spare is None and self._spare_thread is not None:
+    if self._spare_thread is not None:
       self._spare_thread.join()
-    spare, self._spare = self._spare, None
+    with self._spare_lock:
+      spare, self._spare = self._spare, None
     if spare is None:
       spare = self._new_sandbox()
       spare.start()
@@ -936,6 +956,12 @@ class SandboxPool:
         out.append(entry)
       return out
 
+  def where(self, handle: int) -> dict:
+    """The sandbox holding an environment: {"name", "host_pid"}."""
+    with self._lock:
+      sb, _ = self._owner(handle)
+      return {"name": sb.name, "host_pid": sb.pid}
+
   @property
   def num_envs(self) -> int:
     """Live environments across the pool."""
@@ -943,7 +969,7 @@ class SandboxPool:
 
   def close(self) -> None:
     """Stops every sandbox and removes all state; idempotent."""
-    with self._lock:
+    with self._lock, self._spare_lock:
       if self._closed:
         return
       self._closed = True
