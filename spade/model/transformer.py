@@ -91,9 +91,11 @@ PARAM_AXES = {
 }
 
 # Logical names of the KV cache entries.
+# k and v are [batch * kv_heads, slots, head_dim] (row b * kv_heads + j is
+# KV head j of row b); pos is [batch, slots].
 CACHE_AXES = {
-    "k": ("batch", "length", "kv_heads", "head_dim"),
-    "v": ("batch", "length", "kv_heads", "head_dim"),
+    "k": ("batch", "length", "head_dim"),
+    "v": ("batch", "length", "head_dim"),
     "pos": ("batch", "length"),
 }
 
@@ -416,37 +418,58 @@ class Attention(nn.Module):
     q = q * jnp.asarray(scale, q.dtype)
 
     window = cfg.window(self.layer)
+    b, length = q.shape[:2]
+    g = n // kv
+    # Attention runs on [batch * kv_heads, ...] operands: the cache is stored
+    # in exactly that shape, so the decode step's in-place cache update feeds
+    # the attention matmuls without a reshape (a reshape there made XLA copy
+    # the whole cache every step).
+    qf = q.reshape(b, length, kv, g, h).transpose(0, 2, 3, 1, 4)
+    qf = qf.reshape(b * kv, g * length, h)
+    kf = k.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
+    vf = v.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
+
+    def scores(keys, kpos):
+      logits = jnp.einsum(
+          "xqh,xsh->xqs",
+          qf,
+          keys.astype(q.dtype),
+          preferred_element_type=jnp.float32,
+      )
+      qp = positions[:, :, None]
+      kp = kpos[:, None, :]
+      visible = (kp >= 0) & (kp <= qp)
+      if window:
+        visible &= qp - kp < window
+      visible = jnp.broadcast_to(
+          visible[:, None, None], (b, kv, g) + visible.shape[1:]
+      ).reshape(logits.shape)
+      return jnp.where(visible, logits, _MASK_VALUE)
+
     new_cache = None
     if cache is None:
-      keys, values, kpos = k, v, key_pos
-    elif x.shape[1] == 1 or window == 0:
-      # Writing first is safe here: a one-token step only overwrites the slot
-      # that just left the window, and a global buffer never wraps.
-      new_cache = _write_cache(cache, k, v, key_pos, cache_index)
-      keys, values, kpos = new_cache["k"], new_cache["v"], new_cache["pos"]
+      parts = [(kf, vf, key_pos)]
+    elif length == 1 or window == 0:
+      # Write, then attend over the updated cache: a one-token step only
+      # overwrites a slot that has left the window, and a global buffer never
+      # wraps. (Reading the old buffer and then updating it makes XLA copy
+      # the cache every step.)
+      new_cache = _write_cache(cache, kf, vf, key_pos, cache_index)
+      parts = [(new_cache["k"], new_cache["v"], new_cache["pos"])]
     else:
-      # A chunk on a ring buffer could overwrite keys its own earlier queries
-      # still need, so attend over old cache + chunk, then write.
-      keys = jnp.concatenate([cache["k"], k.astype(cache["k"].dtype)], 1)
-      values = jnp.concatenate([cache["v"], v.astype(cache["v"].dtype)], 1)
-      kpos = jnp.concatenate([cache["pos"], key_pos], 1)
-      new_cache = _write_cache(cache, k, v, key_pos, cache_index)
-    keys = keys.astype(q.dtype)
-    values = values.astype(q.dtype)
-
-    b, length = q.shape[:2]
-    qg = q.reshape(b, length, kv, n // kv, h)
-    logits = jnp.einsum(
-        "blkgh,bskh->bkgls", qg, keys, preferred_element_type=jnp.float32
-    )
-    qp = positions[:, :, None]
-    kp = kpos[:, None, :]
-    visible = (kp >= 0) & (kp <= qp)
-    if window:
-      visible &= qp - kp < window
-    logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
-    probs = jax.nn.softmax(logits, axis=-1).astype(values.dtype)
-    out = jnp.einsum("bkgls,bskh->blkgh", probs, values)
+      # A chunk on a ring buffer can overwrite keys its own earlier queries
+      # still need: attend over the old cache plus the chunk, then write.
+      parts = [(cache["k"], cache["v"], cache["pos"]), (kf, vf, key_pos)]
+      new_cache = _write_cache(cache, kf, vf, key_pos, cache_index)
+    logits = jnp.concatenate([scores(kk, pp) for kk, _, pp in parts], -1)
+    probs = jax.nn.softmax(logits, axis=-1)
+    out, offset = 0.0, 0
+    for kk, vv, _ in parts:
+      size = kk.shape[1]
+      p = probs[..., offset : offset + size].astype(q.dtype)
+      out = out + jnp.einsum("xqs,xsh->xqh", p, vv.astype(q.dtype))
+      offset += size
+    out = out.reshape(b, kv, g, length, h).transpose(0, 3, 1, 2, 4)
     out = out.reshape(b, length, n, h)
     out = _constrain(out, "batch", "length", "heads", "head_dim")
     y = _proj("o_proj", cfg.embed_dim, 2, cfg)(out)
@@ -696,7 +719,7 @@ def cache_sizes(model_config, length: int) -> list[int]:
 def init_cache(model_config, batch: int, length: int) -> Cache:
   """An empty KV cache for `batch` rows and `length` steps (prompt + new).
 
-  Returns {"layer_i": {"k", "v": [B, S_i, kv_heads, head_dim] in
+  Returns {"layer_i": {"k", "v": [B * kv_heads, S_i, head_dim] in
   `config.model.dtype`, "pos": int32[B, S_i] = -1}} with S_i = length for
   global layers and min(window, length) for sliding ones. Inside a jit under a
   mesh the entries are constrained to `CACHE_AXES` (batch-sharded).
@@ -705,7 +728,7 @@ def init_cache(model_config, batch: int, length: int) -> Cache:
   dtype = jnp.dtype(cfg.dtype)
   cache = {}
   for i, size in enumerate(cache_sizes(cfg, length)):
-    shape = (batch, size, cfg.num_kv_heads, cfg.head_dim)
+    shape = (batch * cfg.num_kv_heads, size, cfg.head_dim)
     layer = {
         "k": jnp.zeros(shape, dtype),
         "v": jnp.zeros(shape, dtype),

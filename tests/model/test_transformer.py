@@ -230,9 +230,9 @@ def test_cached_prefill_and_decode_match_full_forward(gemma, forward):
       logits, cache = run(params, tokens[:, t : t + 1], t, cache, 1)
       np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
   # The sliding layers hold only the last 4 positions, in ring order.
-  assert cache["layer_0"]["k"].shape == (2, 4, 2, 16)
+  assert cache["layer_0"]["k"].shape == (2 * 2, 4, 16)
   np.testing.assert_array_equal(cache["layer_0"]["pos"][0], [8, 9, 10, 11])
-  assert cache["layer_2"]["k"].shape == (2, 12, 2, 16)
+  assert cache["layer_2"]["k"].shape == (2 * 2, 12, 16)
 
 
 def test_padding_is_never_attended(gemma, forward):
