@@ -193,6 +193,11 @@ def base_config() -> ConfigDict:
   c.grounding.title_key = "title"
   c.grounding.module = ""  # seqio: module to import that registers the task
   c.grounding.max_documents = 0  # per process; 0: all
+  # False: every process reads the same document stream, so a run's results
+  # do not depend on how many processes it has. True: each process reads its
+  # own shard (for corpora too big to read everywhere) and the iteration's
+  # documents are gathered from all of them.
+  c.grounding.per_process_shards = False
 
   c.eval = ConfigDict()
   c.eval.every = 0  # 0: no in-loop evaluation

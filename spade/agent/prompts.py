@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import json
+from typing import Any, Callable
 
 AGENT_SYSTEM = (
     "You are playing a multi-turn environment. Each turn, read the"
@@ -11,6 +12,13 @@ AGENT_SYSTEM = (
     ' <tool_call>{"name": ..., "arguments": {...}}</tool_call> and submit'
     " <answer>...</answer> when done."
 )
+
+
+def tools_suffix(tools: Any) -> str:
+  """The text appended to a tool-use environment's first observation."""
+  if not tools:
+    return ""
+  return "\n\nTools:\n" + json.dumps(tools, indent=1)
 
 
 def first_message(observation: str, hint: str | None) -> str:

@@ -140,7 +140,9 @@ class PoolExecutor:
         self._handles[eid] = handle
         obs, _ = self._pool.reset(handle, seed)
         hint = str(self._pool.call(handle, "hint")) if want_hint else None
-        results.append({"ok": True, "obs": obs, "hint": hint})
+        results.append(
+            {"ok": True, "obs": obs + self._tools(handle), "hint": hint}
+        )
       except Exception as e:  # pylint: disable=broad-except
         # A broken environment ends its episode with a recorded reason; it
         # must not stop the other episodes.
@@ -152,6 +154,19 @@ class PoolExecutor:
             }
         )
     return self._gather(items, results)
+
+  def _tools(self, handle: int) -> str:
+    """Tool schemas for the first observation of a tool-use environment.
+
+    The agent cannot call tools it was never shown; the reference passes
+    them through the chat template, we append them as text (the same form
+    the seed_heldout eval suite uses).
+    """
+    try:
+      tools = self._pool.call(handle, "get_tools")
+    except Exception:  # pylint: disable=broad-except
+      return ""  # a game: no get_tools()
+    return prompts_lib.tools_suffix(tools)
 
   def step(self, items):
     mine = [(eid, a) for eid, a in self._mine(items) if eid in self._handles]

@@ -19,7 +19,6 @@ logged.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from spade.agent import prompts as prompts_lib
@@ -61,13 +60,6 @@ def heldout_programs() -> list[Any]:
 
 def _failure(error: Exception) -> str:
   return f"{getattr(error, 'reason', type(error).__name__)}: {error}"[:300]
-
-
-def tools_suffix(tools: Any) -> str:
-  """The text appended to a tool-use environment's first observation."""
-  if not tools:
-    return ""
-  return "\n\nTools:\n" + json.dumps(tools, indent=1)
 
 
 class SeedHeldoutSuite:
@@ -120,7 +112,9 @@ class SeedHeldoutSuite:
       ep.handle = pool.create(ep.source)
       observation, _ = pool.reset(ep.handle, ep.seed)
       if "get_tools" in ep.source or "ToolUseBaseEnv" in ep.source:
-        observation += tools_suffix(pool.call(ep.handle, "get_tools"))
+        observation += prompts_lib.tools_suffix(
+            pool.call(ep.handle, "get_tools")
+        )
       ep.first_observation = observation
     except Exception as e:  # pylint: disable=broad-except
       # A broken environment scores 0 with its reason; the others go on.

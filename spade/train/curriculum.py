@@ -7,32 +7,33 @@ checkpoint and mirrored to `WORKDIR/memory.json` for `spade.memory.show`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
 
+import jax
 import ml_collections
 
 from spade import grounding
 from spade.memory import archive as archive_lib
 from spade.memory import dedup
+from spade.train import multihost
 
 
 class Curriculum:
   """Grounding documents, memory examples, duplicates, replay, stats."""
 
   def __init__(self, config: ml_collections.ConfigDict):
-    import jax  # pylint: disable=g-import-not-at-top
-
     self.config = config
     self.corpus = None
+    self._sharded = config.grounding.per_process_shards
     if config.grounding.enabled and config.train.mode == "spade":
       self.corpus = grounding.build_corpus(
           config.grounding,
-          process_index=0,
-          process_count=1,
+          process_index=jax.process_index() if self._sharded else 0,
+          process_count=jax.process_count() if self._sharded else 1,
       )
-    del jax
     self.archive = archive_lib.Archive(config.memory)
     self._replayed = 0
     self._played = 0
@@ -41,20 +42,43 @@ class Curriculum:
     """n grounding documents, or n Nones when grounding is off."""
     if self.corpus is None:
       return [None] * n
-    return self.corpus.sample(n)
+    if not self._sharded or jax.process_count() == 1:
+      return self.corpus.sample(n)
+    # Process p draws the documents for prompts p, p + P, ...; every process
+    # then holds the same list.
+    count, me = jax.process_count(), jax.process_index()
+    mine = self.corpus.sample(len(range(me, n, count)))
+    parts = multihost.allgather_objects([dataclasses.asdict(d) for d in mine])
+    docs = [None] * n
+    for p, part in enumerate(parts):
+      for j, d in enumerate(part):
+        docs[p + j * count] = grounding.Document(**d)
+    return docs
 
   def examples(self, document: Any, n: int) -> list[Any]:
     if not self.config.memory.enabled or n <= 0:
       return []
     return self.archive.prompt_examples(document, n)
 
-  def archive_add(self, code: str, verdict: dict, iteration: int, doc_id):
+  def archive_add(
+      self, code: str, verdict: dict, iteration: int, doc_id, parent=None
+  ):
     """Adds a design; returns (entry id, id it duplicates or None)."""
     if not self.config.memory.enabled:
       return None, None
     return self.archive.add(
-        code, verdict=verdict, iteration=iteration, grounding_id=doc_id
+        code,
+        verdict=verdict,
+        iteration=iteration,
+        grounding_id=doc_id,
+        parent=parent,
     )
+
+  def mutation_parent(self, seed: int) -> Any | None:
+    """A high-regret archived environment to edit into a harder variant."""
+    if not self.config.memory.enabled:
+      return None
+    return self.archive.mutation_parent(seed)
 
   def replay(self, n: int, iteration: int) -> list[Any]:
     if not self.config.memory.enabled or n <= 0:

@@ -44,6 +44,7 @@ from spade.agent import rollout
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.environments import library
+from spade.eval import runner as eval_runner
 from spade.regret import advantages as adv_lib
 from spade.regret import estimators
 from spade.train import batching
@@ -113,15 +114,20 @@ class Trainer:
     group = max(1, c.designer.samples_per_prompt)
     num_prompts = max(1, c.designer.num_envs // group)
     docs = self.curriculum.documents(num_prompts)
-    prompts, groups, doc_ids = [], [], []
+    prompts, groups, doc_ids, parents = [], [], [], []
+    mutate = np.random.default_rng(_seed_for(c.seed, it, "mutate"))
     for g, doc in enumerate(docs):
       examples = self.curriculum.examples(doc, c.memory.num_examples)
-      messages = designer_prompts.designer_messages(doc, examples)
+      parent = None
+      if mutate.random() < c.memory.mutation_fraction:
+        parent = self.curriculum.mutation_parent(_seed_for(c.seed, it, g))
+      messages = designer_prompts.designer_messages(doc, examples, parent)
       ids = self.engine.render(messages)[-c.designer.max_prompt_tokens :]
       for _ in range(group):
         prompts.append(ids)
         groups.append(g)
         doc_ids.append(getattr(doc, "id", None))
+        parents.append(getattr(parent, "id", None))
     t = time.perf_counter()
     samples = self.engine.sample(
         prompts,
@@ -139,7 +145,7 @@ class Trainer:
     duplicates = 0
     for i, (code, verdict) in enumerate(zip(codes, verdicts)):
       entry_id, dup_of = self.curriculum.archive_add(
-          code, verdict, it, doc_ids[i]
+          code, verdict, it, doc_ids[i], parent=parents[i]
       )
       if dup_of is not None:
         duplicates += 1
@@ -184,7 +190,10 @@ class Trainer:
         d["hint"] = extract.clean_hint(text)
         # Kept with the archived program so a replay can reuse it.
         d["verdict"]["written_hint"] = d["hint"]
-    return designs, {"memory/duplicates_this_iter": float(duplicates)}
+    return designs, {
+        "memory/duplicates_this_iter": float(duplicates),
+        "designer/mutations": float(sum(p is not None for p in parents)),
+    }
 
   def playables(self, it: int, designs: list[dict]) -> list[Playable]:
     """The environments the agent plays this iteration."""
@@ -457,6 +466,16 @@ class Trainer:
     for it in bar:
       m = self.iteration(it)
       step = it + 1
+      if c.eval.every and c.eval.suites and step % c.eval.every == 0:
+        m.update(
+            eval_runner.run_suites(
+                c,
+                self.engine.state.params,
+                self.engine.pool,
+                step,
+                mesh=self.engine.mesh,
+            )
+        )
       self.writer.write(step, m)
       bar.set_postfix(
           valid=f"{m['designer/valid_rate']:.2f}",

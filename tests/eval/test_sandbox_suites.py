@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from spade.agent import prompts as agent_prompts
 from spade.eval import humaneval_suite
 from spade.eval import runner
 from spade.eval import seed_heldout_suite
@@ -76,9 +77,7 @@ def _solution_plans(suite, pool, num_examples):
     handle = pool.create(source)
     observation, _ = pool.reset(handle, seed)
     if "ToolUseBaseEnv" in source:
-      observation += seed_heldout_suite.tools_suffix(
-          pool.call(handle, "get_tools")
-      )
+      observation += agent_prompts.tools_suffix(pool.call(handle, "get_tools"))
     plans[observation] = pool.call(handle, "solution")
     pool.close_env(handle)
   assert all(isinstance(p, list) and p for p in plans.values())
