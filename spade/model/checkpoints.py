@@ -245,6 +245,15 @@ def initial_params(config, rng=None):
     )
   path = find_checkpoint_file(config)
   tree = gguf_params(path, config.model, kind)
-  dtype = jnp.dtype(config.model.param_dtype)
-  # Convert leaf by leaf so that only one float32 copy is alive at a time.
-  return jax.tree.map(lambda x: jnp.asarray(x, dtype), tree)
+  _to_jax_in_place(tree, jnp.dtype(config.model.param_dtype))
+  return tree
+
+
+def _to_jax_in_place(tree: dict[str, Any], dtype) -> None:
+  # Replacing leaf by leaf frees each numpy array as soon as its jax copy
+  # exists, so the peak is one model plus one tensor, not two models.
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      _to_jax_in_place(value, dtype)
+    else:
+      tree[key] = jnp.asarray(value, dtype)

@@ -11,6 +11,8 @@ Slow: each model loads and compiles for about a minute on this CPU.
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -18,6 +20,7 @@ import pytest
 
 from spade.model import checkpoints
 from spade.model import gguf_files
+from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 
@@ -96,3 +99,29 @@ def test_greedy_continuation_matches_transformers(kind):
       params["heads"]["designer"]["unembedding"],
       params["heads"]["agent"]["unembedding"],
   )
+
+
+@pytest.mark.slow
+def test_generate_cli_prints_the_reference_continuation():
+  _skip_unless_available("gemma3_gguf")
+  case = _reference()["models"]["gemma3_gguf"]["cases"][0]
+  tok = tokenizer_lib.build_tokenizer(_config("gemma3_gguf"))
+  assert tok.encode(case["prompt"], add_bos=True) == case["prompt_ids"]
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "spade.generate",
+          "--config=configs/gemma3_270m.py",
+          f"--prompt={case['prompt']}",
+          "--max_new_tokens=16",
+          "--temperature=0",
+      ],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  # stdout carries the continuation only; logs went to stderr.
+  assert proc.stdout == tok.decode(case["hf_greedy_ids"]) + "\n"
