@@ -40,9 +40,11 @@ class TokenizerLike(Protocol):
   stop_ids: tuple[int, ...]
 
   def encode(self, text: str, *, add_bos: bool = False) -> list[int]:
+    """Text -> ids, with `bos_id` in front when `add_bos` (if it uses one)."""
     ...
 
   def decode(self, ids: Sequence[int]) -> str:
+    """Ids -> text, special tokens dropped."""
     ...
 
 
