@@ -304,7 +304,14 @@ class Trainer:
     hint_regret = np.asarray(estimators.hint_regret(returns, mask))
 
     # Advantages and the update batch.
-    agent_adv = np.asarray(adv_lib.agent_advantages(returns, mask))
+    agent_adv = np.asarray(
+        adv_lib.agent_advantages(
+            returns,
+            mask,
+            eps=c.regret.advantage_eps,
+            separate_arms=c.regret.separate_arms,
+        )
+    )
     agent_rows = []
     for ep in episodes:
       a = float(
@@ -324,6 +331,7 @@ class Trainer:
               design_reward.astype(np.float32),
               np.array([d["group"] for d in designs], np.int32),
               np.ones((len(designs),), bool),
+              eps=c.regret.advantage_eps,
           )
       )
       designer_rows = [
