@@ -230,7 +230,11 @@ def host_tasks(pid: int) -> int:
 
 
 def rss_bytes(pid: int) -> int:
-  """Resident memory of a sandbox process and its direct children."""
+  """Memory of a sandbox process and its direct children (ptrace stubs).
+
+  Proportional set size: the stubs map the same application memory as the
+  sentry, so plain RSS would count it once per process.
+  """
   pids = [pid]
   try:
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -241,8 +245,11 @@ def rss_bytes(pid: int) -> int:
   total = 0
   for p in pids:
     try:
-      with open(f"/proc/{p}/statm") as f:
-        total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+      with open(f"/proc/{p}/smaps_rollup") as f:
+        for line in f:
+          if line.startswith("Pss:"):
+            total += int(line.split()[1]) * 1024
+            break
     except OSError:
       pass
   return total

@@ -30,6 +30,7 @@ Worker <-> child messages are a 4-byte length and JSON; results over
 import argparse
 import collections
 import fcntl
+import gc
 import json
 import math
 import os
@@ -983,6 +984,11 @@ def main(argv=None):
       worker.preloaded.append(name)
     except Exception as e:  # pylint: disable=broad-except
       errors[name] = f"{type(e).__name__}: {e}"
+  # Children share the preloaded heap copy-on-write; a collection in a
+  # child would touch (and so copy) every page of it, so move it out of the
+  # collector's reach.
+  gc.collect()
+  gc.freeze()
   worker.reply(
       {
           "hello": True,

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from spade.sandbox import runsc
 from tests.sandbox.conftest import PROBE
 from tests.sandbox.conftest import STEP_TIMEOUT_S
 from tests.sandbox.conftest import assert_pool_works
@@ -337,44 +336,44 @@ result = ",".join(sorted(set(denied)))
 
 @pytest.mark.slow
 def test_thousand_create_close_cycles_leave_nothing(gvisor_pool):
-  host_procs = set(os.listdir("/proc"))
-  pids = [s["host_pid"] for s in gvisor_pool.stats()]
-  tasks_before = [runsc.host_tasks(p) for p in pids]
-  files_before = sorted(os.listdir(gvisor_pool.tmpdir))
   for i in range(1000):
     h = gvisor_pool.create(PROBE)
     if i % 10 == 0:
       gvisor_pool.reset(h, i)
-      gvisor_pool.step(h, "open('f', 'w').write('x' * 1000)")
+      out = gvisor_pool.step(h, "open('f', 'w').write('x' * 1000)")
+      assert out["ok"], out
     gvisor_pool.close_env(h)
+  # Inside: only the workers, no environment directory, no environment.
   stats = gvisor_pool.stats()
   assert [s["processes"] for s in stats] == [1] * len(stats)
   assert [s["tmp_entries"] for s in stats] == [0] * len(stats)
   assert [s["envs"] for s in stats] == [0] * len(stats)
-  assert (
-      sorted(os.listdir(gvisor_pool.tmpdir)) == files_before
-      or len(os.listdir(gvisor_pool.tmpdir)) <= len(files_before) + 1
-  )
-  # Host: no process left behind (only sandboxes swapped by recycling).
-  leaked = [
-      p
-      for p in set(os.listdir("/proc")) - host_procs
-      if p.isdigit() and os.path.exists(f"/proc/{p}")
-  ]
-  sandbox_pids = {str(s["host_pid"]) for s in stats}
-  extra = []
-  for p in leaked:
-    try:
-      with open(f"/proc/{p}/cmdline", "rb") as f:
-        cmd = f.read()
-    except OSError:
-      continue
-    if b"runsc" in cmd and p not in sandbox_pids:
-      extra.append(cmd[:80])
-  assert len(extra) <= 3, extra  # at most a spare's runsc-sandbox/gofer
-  assert all(
-      runsc.host_tasks(p) <= t + 16
-      for p, t in zip(pids, tasks_before)
-      if os.path.exists(f"/proc/{p}")
-  )
+  # Host: recycled sandboxes are gone; what is left is the live sandboxes,
+  # the warm spare, and their runsc processes (sandbox + gofer each).
+  live = len(stats) + 1
+  deadline = time.monotonic() + 30
+  while time.monotonic() < deadline:
+    dirs = [d for d in os.listdir(gvisor_pool.tmpdir) if d.startswith("sb")]
+    procs = _pool_processes(gvisor_pool.tmpdir)
+    if len(dirs) <= live and len(procs) <= 2 * live:
+      break
+    time.sleep(0.2)
+  assert len(dirs) <= live, dirs
+  assert len(procs) <= 2 * live, procs
+  for s in stats:
+    assert s["host_tasks"] < gvisor_pool.max_host_tasks
   assert_pool_works(gvisor_pool)
+
+
+def _pool_processes(tmpdir):
+  """Host processes whose command line names the pool's directory."""
+  found = []
+  for pid in os.listdir("/proc"):
+    if pid.isdigit():
+      try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+          if tmpdir.encode() in f.read():
+            found.append(int(pid))
+      except OSError:
+        pass
+  return found
