@@ -985,6 +985,10 @@ class SandboxPool:
     for t in threads + self._reapers:
       t.join()
     self._handles.clear()
+    if self.backend == "gvisor":
+      # Anything a failed start or a race left registered with runsc.
+      for cid in runsc.leftover_ids(self.state_root):
+        runsc.destroy(self.runsc, self.state_root, cid, 0)
     shutil.rmtree(self.tmpdir, ignore_errors=True)
 
   def __enter__(self) -> "SandboxPool":

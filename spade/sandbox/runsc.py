@@ -200,10 +200,11 @@ def destroy(runsc: str, state_root: str, container_id: str, pid: int) -> None:
   SIGKILL to the sandbox process first, so the slow part of `delete` (it
   polls for the sandbox to exit) has nothing to wait for.
   """
-  try:
-    os.kill(pid, signal.SIGKILL)
-  except ProcessLookupError:
-    pass
+  if pid > 0:  # never 0 or -1: those would signal our own group / all
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
   subprocess.run(
       [runsc, f"--root={state_root}", "delete", "-force", container_id],
       stdout=subprocess.DEVNULL,
@@ -211,6 +212,17 @@ def destroy(runsc: str, state_root: str, container_id: str, pid: int) -> None:
       timeout=60,
       check=False,
   )
+
+
+def leftover_ids(state_root: str) -> list[str]:
+  """Container ids that still have state under `state_root`."""
+  try:
+    names = os.listdir(state_root)
+  except OSError:
+    return []
+  return [
+      n[: -len(".state")].split(":")[-1] for n in names if n.endswith(".state")
+  ]
 
 
 def host_tasks(pid: int) -> int:
