@@ -149,6 +149,9 @@ def base_config() -> ConfigDict:
   c.optim.agent_loss_weight = 1.0
   c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
   c.optim.max_importance_weight = 2.0
+  # Positions per chunk when the update scores tokens: bounds the logits held
+  # at once to [rows, chunk, vocab] (recomputed in the backward pass).
+  c.optim.logprob_chunk = 256
   c.optim.grad_clip = 1.0  # global-norm clipping; 0 turns it off
   c.optim.weight_decay = 0.0
   c.optim.b1 = 0.9

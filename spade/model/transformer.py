@@ -552,6 +552,8 @@ class Transformer(nn.Module):
       cache: Cache | None = None,
       cache_index: Array | None = None,
       last_only: bool = False,
+      targets: Array | None = None,
+      chunk: int = 256,
   ) -> tuple[Array, Cache | None]:
     """Runs the decoder.
 
@@ -568,9 +570,16 @@ class Transformer(nn.Module):
         of steps already written); required with `cache`.
       last_only: return logits for the last position only ([B, 1, V]); the
         sampler's prefill needs no more and the vocab matmul dominates.
+      targets: int32[B, L]; when given, return instead the float32 [B, L]
+        log-probability of `targets[:, t]` under position t's logits,
+        computed `chunk` positions at a time with rematerialisation, so the
+        [B, L, V] logits never exist at once (the update's memory for a
+        150k-262k vocabulary).
+      chunk: positions per chunk with `targets`.
 
     Returns:
-      (float32 logits [B, L, V] (or [B, 1, V]), the updated cache or None).
+      (float32 logits [B, L, V] (or [B, 1, V]) or target logprobs [B, L],
+      the updated cache or None).
     """
     cfg = self.cfg
     if cache is not None and cache_index is None:
@@ -603,8 +612,49 @@ class Transformer(nn.Module):
       x = x[:, -1:]
     x = RMSNorm(cfg.norm_eps, pdt, "final_norm", name="final_norm")(x)
 
+    if targets is not None:
+      table = _Heads(cfg, name="heads")(x, Role(role), table_only=True)
+      return chunked_logprobs(x, table, targets, chunk), new_cache
     logits = _Heads(cfg, name="heads")(x, Role(role))
     return _constrain(logits, "batch", "length", "vocab"), new_cache
+
+
+def chunked_logprobs(
+    x: Array, table: Array, targets: Array, chunk: int
+) -> Array:
+  """log softmax(x @ table.T)[targets], `chunk` positions at a time.
+
+  Each chunk's logits are recomputed in the backward pass
+  (`jax.checkpoint`), so memory holds [B, chunk, V] logits, not [B, L, V].
+
+  Args:
+    x: [B, L, E] final hidden states.
+    table: [V, E] the role's unembedding.
+    targets: int32[B, L] token ids to score.
+    chunk: positions per chunk.
+
+  Returns:
+    float32[B, L].
+  """
+  b, length, e = x.shape
+  chunk = max(1, min(chunk, length))
+  n = -(-length // chunk)
+  pad = n * chunk - length
+  xs = jnp.pad(x, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, e)
+  ts = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk)
+  table = table.astype(x.dtype)
+
+  @jax.checkpoint
+  def one(args):
+    xc, tc = args
+    logits = jnp.einsum(
+        "bce,ve->bcv", xc, table, preferred_element_type=jnp.float32
+    )
+    picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+  out = jax.lax.map(one, (xs.transpose(1, 0, 2, 3), ts.transpose(1, 0, 2)))
+  return out.transpose(1, 0, 2).reshape(b, n * chunk)[:, :length]
 
 
 class _Embedder(nn.Module):
@@ -632,11 +682,13 @@ class _Heads(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x: Array, role: Role) -> Array:
+  def __call__(self, x: Array, role: Role, table_only: bool = False) -> Array:
     tables = {
         r: _UnembeddingHead(self.cfg, name=head)()
         for r, head in ROLE_HEADS.items()
     }
+    if table_only:
+      return tables[role]
     table = tables[role].astype(x.dtype)
     return jnp.einsum(
         "ble,ve->blv", x, table, preferred_element_type=jnp.float32

@@ -89,15 +89,24 @@ def _positions(sub: Mapping[str, jax.Array]) -> jax.Array:
   return jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
 
 
-def _logprobs(model, params, sub, role) -> jax.Array:
-  logits, _ = model.apply(
+def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
+  """Log-probability of each token given the ones before it (column 0: 0).
+
+  The same values as `losses.token_logprobs(logits, tokens)`, computed by the
+  model in position chunks so the full [B, L, V] logits never exist.
+  """
+  tokens = sub["tokens"]
+  targets = jnp.pad(tokens[:, 1:], ((0, 0), (0, 1)))
+  logp, _ = model.apply(
       {"params": params},
-      sub["tokens"],
+      tokens,
       _positions(sub),
       role,
       input_mask=sub["input_mask"].astype(bool),
+      targets=targets,
+      chunk=chunk,
   )
-  return losses.token_logprobs(logits, sub["tokens"])
+  return jnp.pad(logp[:, :-1], ((0, 0), (1, 0)))
 
 
 def _check_batch(batch: Batch, keys: tuple[str, ...], multiple: int) -> None:
@@ -238,11 +247,11 @@ def make_update_step(
       if name not in batch:
         continue
       sub = batch[name]
-      logp = _logprobs(model, params, sub, role)
+      logp = _logprobs(model, params, sub, role, o.logprob_chunk)
       ref_logp = None
       if use_kl:
         ref_logp = jax.lax.stop_gradient(
-            _logprobs(model, ref_params, sub, role)
+            _logprobs(model, ref_params, sub, role, o.logprob_chunk)
         )
       loss, m = losses.policy_loss(
           logp,
@@ -293,7 +302,7 @@ def make_sft_step(
       if name not in batch:
         continue
       sub = batch[name]
-      logp = _logprobs(model, params, sub, role)
+      logp = _logprobs(model, params, sub, role, o.logprob_chunk)
       loss, m = losses.sft_loss(logp, sub["loss_mask"], sub["weights"])
       total = total + role_weight[name] * loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
