@@ -105,7 +105,10 @@ class _Sandbox:
   def __init__(self, pool: "SandboxPool", index: int):
     self.pool = pool
     self.index = index
-    self.name = f"spade-{os.getpid()}-{index}"
+    # runsc names its control socket after the id (an abstract socket, global
+    # to the host): unique per pool, not just per process.
+    token = os.path.basename(pool.tmpdir).rsplit("-", 1)[-1]
+    self.name = f"spade-{os.getpid()}-{token}-{index}"
     self.dir = os.path.join(pool.tmpdir, f"sb{index}")
     self.proc: subprocess.Popen | None = None
     self.pid = 0  # host pid of the sandbox (runsc-sandbox, bwrap or python)
