@@ -115,12 +115,15 @@ def main():
           pool.close_env(h)
         figures["create_ms"] = statistics.median(creates) * 1e3
         print(f"  create+reset p50 {figures['create_ms']:.1f} ms")
+        empty = pool.stats()[0]["rss_bytes"] / 2**20
         hs = [pool.create(TRIVIAL) for _ in range(args.envs_per_sandbox)]
         stats = pool.stats()[0]
         figures["rss_mb"] = stats["rss_bytes"] / 2**20
+        figures["empty_mb"] = empty
         print(
-            f"  memory: {figures['rss_mb']:.0f} MiB resident with"
-            f" {len(hs)} environments ({stats['host_tasks']} host tasks)"
+            f"  memory (PSS): {empty:.0f} MiB empty, {figures['rss_mb']:.0f}"
+            f" MiB with {len(hs)} environments ({stats['host_tasks']} host"
+            " tasks)"
         )
         for h in hs:
           pool.close_env(h)
@@ -138,7 +141,8 @@ def main():
       f" {b}_unbatched_steps_s={unbatched_1[0]:.0f}"
       f" {b}_p50_ms={unbatched_1[1]:.2f} {b}_p99_ms={unbatched_1[2]:.2f}"
       f" {b}_create_reset_ms={figures.get('create_ms', 0):.1f}"
-      f" {b}_rss_mb_per_sandbox={figures.get('rss_mb', 0):.0f}"
+      f" {b}_mem_mb_empty_sandbox={figures.get('empty_mb', 0):.0f}"
+      f" {b}_mem_mb_sandbox_with_envs={figures.get('rss_mb', 0):.0f}"
       f" inproc_steps_s={inproc:.0f}"
   )
 
