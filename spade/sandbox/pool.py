@@ -49,6 +49,16 @@ _PRELOAD_ALWAYS = ("spade.environments.runtime", "spade.environments.validator")
 
 _log = logging.getLogger(__name__)
 
+# One BLAS thread: environments are single-threaded, and every thread pool
+# numpy starts in the worker would be copied into each forked environment.
+_SANDBOX_ENV = [
+    "PATH=/usr/bin:/bin",
+    "LANG=C.UTF-8",
+    "OPENBLAS_NUM_THREADS=1",
+    "OMP_NUM_THREADS=1",
+    "MKL_NUM_THREADS=1",
+]
+
 # Pools still open at interpreter exit are closed then, so that a program
 # that forgot `close()` leaves no sandbox, runsc state or cgroup behind.
 _OPEN_POOLS: "weakref.WeakSet[SandboxPool]" = weakref.WeakSet()
@@ -146,7 +156,7 @@ class _Sandbox:
           tmpfs_mb=pool.tmpfs_mb,
           memory_limit_bytes=pool.sandbox_memory_mb << 20,
           pids_limit=pool.sandbox_pids,
-          env=["PATH=/usr/bin:/bin", "LANG=C.UTF-8"],
+          env=_SANDBOX_ENV,
       )
       try:
         self.proc, self.pid = runsc.run_detached(
