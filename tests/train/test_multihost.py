@@ -11,9 +11,12 @@ and so must the programs the designer wrote.
 import json
 import math
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,7 +24,7 @@ ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 )
 CONFIG = "configs/tiny.py:smoke"
-TIMEOUT_S = 900
+TIMEOUT_S = 600  # per run; one iteration takes ~2.5 min on 2 busy cores
 # Cross-process all-reduces may sum in another order than on one host.
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -32,6 +35,8 @@ def _env(devices: int) -> dict:
   # Replaces conftest's 8-device flag: each process gets `devices`.
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  # A hung run is stopped with SIGABRT, so its log shows where it hung.
+  env["PYTHONFAULTHANDLER"] = "1"
   return env
 
 
@@ -62,20 +67,35 @@ def _run(procs: list[tuple[list[str], dict, str]]) -> None:
               cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT
           )
       )
+  deadline = time.monotonic() + TIMEOUT_S
   codes = []
   try:
     for p in running:
-      codes.append(p.wait(timeout=TIMEOUT_S))
+      try:
+        codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+      except subprocess.TimeoutExpired:
+        codes.append(None)
   finally:
     for p in running:
       if p.poll() is None:
-        p.kill()
-        p.wait()
-  if any(codes):
+        p.send_signal(signal.SIGABRT)  # faulthandler prints every stack
+        try:
+          p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+          p.kill()
+          p.wait()
+  if any(code != 0 for code in codes):
     tails = []
     for (_, _, log), code in zip(procs, codes):
       with open(log) as f:
-        tails.append(f"--- {log} (exit {code}):\n" + f.read()[-3000:])
+        # Drop absl INFO lines and gloo chatter; keep errors and stacks.
+        lines = [
+            line
+            for line in f.read().splitlines()
+            if not re.match(r"I\d{4} |\[Gloo\]", line)
+        ]
+      status = "timed out" if code is None else f"exit {code}"
+      tails.append(f"--- {log} ({status}):\n" + "\n".join(lines[-80:]))
     pytest.fail("a run failed:\n" + "\n".join(tails))
 
 
