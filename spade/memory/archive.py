@@ -193,10 +193,12 @@ def _on_host(state: replay_lib.ReplayState) -> replay_lib.ReplayState:
   Its tiny ops then stay off the accelerator: jitted functions run where their
   inputs live.
   """
+  # This process's own CPU device: on several processes jax.devices("cpu")[0]
+  # belongs to process 0 and the state would not be readable elsewhere.
   try:
-    cpu = jax.devices("cpu")[0]
-  except RuntimeError:  # JAX_PLATFORMS without cpu: use the default device
-    return state
+    cpu = jax.local_devices(backend="cpu")[0]
+  except RuntimeError:  # JAX_PLATFORMS without cpu: this process's device
+    cpu = jax.local_devices()[0]
   return jax.device_put(state, cpu)
 
 

@@ -48,7 +48,9 @@ class Curriculum:
     # then holds the same list.
     count, me = jax.process_count(), jax.process_index()
     mine = self.corpus.sample(len(range(me, n, count)))
-    parts = multihost.allgather_objects([dataclasses.asdict(d) for d in mine])
+    parts = multihost.allgather_objects(
+        [dataclasses.asdict(d) for d in mine], tag="documents"
+    )
     docs = [None] * n
     for p, part in enumerate(parts):
       for j, d in enumerate(part):
@@ -116,7 +118,12 @@ class Curriculum:
     )
 
   def write_memory_file(self, workdir: str) -> None:
-    """Mirrors the archive to WORKDIR/memory.json for the show CLI."""
+    """Mirrors the archive to WORKDIR/memory.json for the show CLI.
+
+    Process 0 writes it (the archive is identical on every process).
+    """
+    if jax.process_index() != 0:
+      return
     path = os.path.join(workdir, archive_lib.MEMORY_FILE)
     with open(path + ".tmp", "w") as f:
       json.dump(self.archive.state_dict(), f)

@@ -19,6 +19,7 @@ processes), the sampler's outputs are gathered back to every host.
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Any, Sequence
 
 from absl import logging
@@ -173,7 +174,9 @@ class Engine:
     mine = list(multihost.slice_for_process(len(codes)))
     verdicts = self.pool.validate([codes[i] for i in mine]) if mine else []
     merged: dict[int, dict] = {}
-    for part in multihost.allgather_objects(list(zip(mine, verdicts))):
+    for part in multihost.allgather_objects(
+        list(zip(mine, verdicts)), tag="validate"
+    ):
       merged.update({int(i): v for i, v in part})
     return [merged[i] for i in range(len(codes))]
 
@@ -182,7 +185,7 @@ class Engine:
         self.pool,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        allgather=multihost.allgather_objects,
+        allgather=functools.partial(multihost.allgather_objects, tag="rollout"),
     )
 
   # -- updates ----------------------------------------------------------------

@@ -1,37 +1,66 @@
 """Host-side exchange between processes of a multi-host run.
 
 The device work is one SPMD program over the global mesh; the host-side work
-(sandbox results, verdicts) is sliced across processes and exchanged here so
-that every process holds the same programs, histories and archive.
+(sandbox results, verdicts, documents) is sliced across processes and
+exchanged here so that every process holds the same programs, histories and
+archive.
+
+The exchange goes through the key-value store of JAX's own coordination
+service (the one `jax.distributed.initialize` starts), not through a device
+collective: the rollout engine steps environments in a worker thread while
+the main thread runs the sampler's collectives, and two threads issuing
+device collectives in different orders on different processes deadlock. Each
+call site passes a `tag`; calls with the same tag are matched in order, so
+every process must make them in the same order (they do: the loop is the same
+program on every process).
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import threading
 from typing import Any
 
 import jax
-from jax.experimental import multihost_utils
-import numpy as np
+
+# Generous: a peer may be busy sampling or stepping a slow environment.
+_TIMEOUT_MS = 60 * 60 * 1000
+
+_counters: collections.Counter = collections.Counter()
+_lock = threading.Lock()
 
 
-def allgather_objects(obj: Any) -> list[Any]:
+def _client():
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+
+  client = distributed.global_state.client
+  if client is None:
+    raise RuntimeError(
+        "several JAX processes but no distributed client: call"
+        " jax.distributed.initialize() first (spade.main does with"
+        " --coordinator_address/--num_processes/--process_id)"
+    )
+  return client
+
+
+def allgather_objects(obj: Any, tag: str = "default") -> list[Any]:
   """Returns every process's JSON-able `obj`, in process order.
 
-  One process: `[obj]` without any collective.
+  One process: `[obj]` without any communication.
   """
-  if jax.process_count() == 1:
+  count = jax.process_count()
+  if count == 1:
     return [obj]
-  data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
-  sizes = multihost_utils.process_allgather(np.array([data.size], np.int64))
-  sizes = np.asarray(sizes).reshape(-1)
-  padded = np.zeros((int(sizes.max()),), np.uint8)
-  padded[: data.size] = data
-  gathered = np.asarray(multihost_utils.process_allgather(padded))
-  gathered = gathered.reshape(len(sizes), -1)
+  with _lock:
+    n = _counters[tag]
+    _counters[tag] += 1
+  client = _client()
+  prefix = f"spade/{tag}/{n}"
+  client.key_value_set(f"{prefix}/{jax.process_index()}", json.dumps(obj))
   return [
-      json.loads(bytes(gathered[i, : sizes[i]]).decode())
-      for i in range(len(sizes))
+      json.loads(client.blocking_key_value_get(f"{prefix}/{p}", _TIMEOUT_MS))
+      for p in range(count)
   ]
 
 
