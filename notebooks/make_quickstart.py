@@ -178,6 +178,8 @@ axes[2].plot(steps, series("agent/return_nohint"), "o-", label="without hint")
 axes[2].plot(steps, series("agent/return_hint"), "s--", label="with hint")
 axes[2].set(title="agent return", xlabel="iteration", ylim=(-0.05, 1.05))
 axes[2].legend()
+for ax in axes:
+  ax.set_xticks(steps)  # iterations are whole numbers
 fig.tight_layout()
 plt.show()
 print({k: v for k, v in rows[-1].items() if not k.startswith("time/")})
@@ -220,7 +222,7 @@ display(Code(source, language="python"))
 PLAY = """\
 from spade.sandbox import pool as pool_lib
 
-TURNS = 6
+TURNS = 12
 with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
   handle = pool.create(source)
   observation, info = pool.reset(handle, seed=0)
