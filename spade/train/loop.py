@@ -69,6 +69,12 @@ class Playable:
   name: str = ""
 
 
+def _log(fmt: str, *args) -> None:
+  """A progress line on process 0 (the phases can take minutes on a CPU)."""
+  if jax.process_index() == 0:
+    logging.info(fmt, *args)
+
+
 def _seed_for(*parts: Any) -> int:
   """A stable 31-bit seed from any parts (same on every process and run)."""
   digest = hashlib.sha256(repr(parts).encode()).digest()
@@ -128,6 +134,12 @@ class Trainer:
         groups.append(g)
         doc_ids.append(getattr(doc, "id", None))
         parents.append(getattr(parent, "id", None))
+    _log(
+        "iteration %d: designer sampling %d programs (up to %d tokens)",
+        it + 1,
+        len(prompts),
+        c.designer.max_new_tokens,
+    )
     t = time.perf_counter()
     samples = self.engine.sample(
         prompts,
@@ -136,11 +148,29 @@ class Trainer:
         temperature=c.designer.temperature,
         seed=_seed_for(c.seed, it, "designer"),
     )
-    timer["sampling"] += time.perf_counter() - t
+    seconds = time.perf_counter() - t
+    timer["sampling"] += seconds
+    tokens = sum(len(ids) for ids, _, _ in samples)
+    _log(
+        "iteration %d: sampled %d designer tokens in %.1fs (%.1f tok/s);"
+        " validating in the sandbox",
+        it + 1,
+        tokens,
+        seconds,
+        tokens / max(seconds, 1e-9),
+    )
     codes = [extract.extract_code(text) for _, _, text in samples]
     t = time.perf_counter()
     verdicts = self.engine.validate(codes)
     timer["sandbox"] += time.perf_counter() - t
+    _log(
+        "iteration %d: %d/%d programs valid (%.1fs); reasons: %s",
+        it + 1,
+        sum(bool(v.get("valid")) for v in verdicts),
+        len(verdicts),
+        time.perf_counter() - t,
+        ", ".join(sorted({str(v.get("reason")) for v in verdicts})),
+    )
     designs = []
     duplicates = 0
     for i, (code, verdict) in enumerate(zip(codes, verdicts)):
@@ -174,6 +204,7 @@ class Trainer:
         if d["verdict"].get("valid") and not d["verdict"].get("has_hint")
     ]
     if need:
+      _log("iteration %d: writing %d hints", it + 1, len(need))
       t = time.perf_counter()
       outs = self.engine.sample(
           [
@@ -251,6 +282,12 @@ class Trainer:
           if hinted:
             hint = env.hint if env.hint is not None else rollout.ENV_HINT
           specs.append(rollout.EpisodeSpec(e, env.source, seed, hint, s))
+    _log(
+        "iteration %d: agent playing %d episodes on %d environments",
+        it + 1,
+        len(specs),
+        len(envs),
+    )
     episodes, stats = rollout.run_episodes(
         specs,
         self.engine.agent_sampler(
@@ -263,6 +300,7 @@ class Trainer:
         max_context=c.agent.max_context,
         seed=_seed_for(c.seed, it, "agent"),
         overlap=True,
+        progress=lambda line: _log("iteration %d: %s", it + 1, line),
     )
     returns = np.zeros((max(len(envs), 1), k, 2), np.float32)
     mask = np.zeros_like(returns, bool)
@@ -340,6 +378,12 @@ class Trainer:
           )
           for d, a in zip(designs, d_adv)
       ]
+    _log(
+        "iteration %d: update on %d agent and %d designer rows",
+        it + 1,
+        len(agent_rows),
+        len(designer_rows),
+    )
     t = time.perf_counter()
     update_metrics = self.engine.update(agent_rows, designer_rows, it)
     timer["update"] += time.perf_counter() - t
