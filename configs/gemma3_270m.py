@@ -32,6 +32,11 @@ def get_config(arg=None):
   c.model.param_dtype = "float32"
   c.checkpoint.kind = "gemma3_gguf"
   c.checkpoint.path = ""  # found (assembled) automatically
+  # The update of a real model in host memory: recompute each layer in the
+  # backward, score tokens 128 positions at a time, 2 rows per micro-batch.
+  c.model.remat = True
+  c.optim.logprob_chunk = 128
+  c.optim.microbatch_rows = 2
   c.tokenizer.kind = "gemma_sp"
 
   c.sampling.temperature = 1.0

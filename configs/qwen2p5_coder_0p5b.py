@@ -37,6 +37,11 @@ def get_config(arg=None):
   c.model.param_dtype = "float32"
   c.checkpoint.kind = "qwen2_gguf"
   c.checkpoint.path = ""  # downloaded and assembled automatically
+  # The update of a real model in host memory: recompute each layer in the
+  # backward, score tokens 128 positions at a time, 2 rows per micro-batch.
+  c.model.remat = True
+  c.optim.logprob_chunk = 128
+  c.optim.microbatch_rows = 2
   c.tokenizer.kind = "qwen_bpe"
 
   c.sampling.temperature = 1.0
@@ -54,13 +59,15 @@ def get_config(arg=None):
 
   if arg == "runlocal":
     c.num_iterations = 1
-    c.model.max_len = 1024
+    c.model.max_len = 2048
     c.designer.num_envs = 2
-    c.designer.max_new_tokens = 64
-    c.designer.max_prompt_tokens = 512
-    c.designer.hint_max_new_tokens = 16
+    # Long enough for a whole small environment program.
+    c.designer.max_new_tokens = 640
+    c.designer.max_prompt_tokens = 1024
+    c.grounding.max_words = 150
+    c.designer.hint_max_new_tokens = 48
     c.agent.episodes_per_env = 2
     c.agent.max_turns = 2
-    c.agent.max_new_tokens = 16
+    c.agent.max_new_tokens = 48
     c.agent.max_context = 1024
   return c

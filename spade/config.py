@@ -58,6 +58,7 @@ def base_config() -> ConfigDict:
   c.model.max_len = 1024
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
+  c.model.remat = False  # recompute each layer in the backward (memory)
 
   c.checkpoint = ConfigDict()
   c.checkpoint.kind = "scratch"  # "scratch" | "gemma3_gguf" | "qwen2_gguf"
@@ -152,6 +153,9 @@ def base_config() -> ConfigDict:
   # Positions per chunk when the update scores tokens: bounds the logits held
   # at once to [rows, chunk, vocab] (recomputed in the backward pass).
   c.optim.logprob_chunk = 256
+  # Rows per micro-batch of the update (0: a role's whole sub-batch at once);
+  # gradients are accumulated, the token-level mean is exact.
+  c.optim.microbatch_rows = 0
   c.optim.grad_clip = 1.0  # global-norm clipping; 0 turns it off
   c.optim.weight_decay = 0.0
   c.optim.b1 = 0.9

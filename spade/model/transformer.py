@@ -126,6 +126,7 @@ class ModelConfig:
   max_len: int = 1024
   dtype: str = "float32"
   param_dtype: str = "float32"
+  remat: bool = False
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":
@@ -597,9 +598,13 @@ class Transformer(nn.Module):
     x = _constrain(x, "batch", "length", "embed")
 
     new_cache = {} if cache is not None else None
+    # Training (no cache) can keep only each layer's input and recompute its
+    # insides in the backward pass: attention scores and MLP activations of
+    # every layer at once do not fit a real model's update in host memory.
+    block = nn.remat(Block) if cfg.remat and cache is None else Block
     for i in range(cfg.num_layers):
       name = f"layer_{i}"
-      x, layer_cache = Block(cfg, i, name=name)(
+      x, layer_cache = block(cfg, i, name=name)(
           x,
           positions,
           key_pos,

@@ -127,8 +127,7 @@ class Trainer:
       parent = None
       if mutate.random() < c.memory.mutation_fraction:
         parent = self.curriculum.mutation_parent(_seed_for(c.seed, it, g))
-      messages = designer_prompts.designer_messages(doc, examples, parent)
-      ids = self.engine.render(messages)[-c.designer.max_prompt_tokens :]
+      ids = self._designer_prompt(doc, examples, parent)
       for _ in range(group):
         prompts.append(ids)
         groups.append(g)
@@ -225,6 +224,29 @@ class Trainer:
         "memory/duplicates_this_iter": float(duplicates),
         "designer/mutations": float(sum(p is not None for p in parents)),
     }
+
+  def _designer_prompt(self, doc, examples, parent) -> list[int]:
+    """Renders a designer prompt within `designer.max_prompt_tokens`.
+
+    The rule: drop memory examples (the last, i.e. least important, first),
+    then halve the grounding document until it fits; the instructions and the
+    contract are never cut. A prompt that still does not fit is cut from the
+    left as the last resort.
+    """
+    budget = self.config.designer.max_prompt_tokens
+    examples = list(examples)
+    while True:
+      ids = self.engine.render(
+          designer_prompts.designer_messages(doc, examples, parent)
+      )
+      if len(ids) <= budget:
+        return ids
+      if examples:
+        examples.pop()
+      elif doc is not None and len(doc.text) > 200:
+        doc = dataclasses.replace(doc, text=doc.text[: len(doc.text) // 2])
+      else:
+        return ids[-budget:]
 
   def playables(self, it: int, designs: list[dict]) -> list[Playable]:
     """The environments the agent plays this iteration."""

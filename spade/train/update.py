@@ -109,6 +109,56 @@ def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
   return jnp.pad(logp[:, :-1], ((0, 0), (1, 0)))
 
 
+def _microbatched(loss_of, sub, rows_per_microbatch: int):
+  """`loss_of(sub)` over micro-batches, one at a time, with an exact mean.
+
+  The sub-batch's rows are split into micro-batches of `rows_per_microbatch`
+  (row i goes to micro-batch i % n, which keeps the row sharding on the
+  micro-batch's own row axis); a `lax.scan` with a rematerialised body runs
+  them, so only one micro-batch's activations are alive, and the gradient of
+  the combined loss is the accumulated gradient. Token-level means are
+  recombined weighted by each micro-batch's token weight, which gives
+  exactly the whole batch's mean; `num_tokens` is summed.
+
+  Args:
+    loss_of: sub-batch -> (mean loss, metrics of means).
+    sub: the role's sub-batch.
+    rows_per_microbatch: 0 (or >= rows): no split.
+
+  Returns:
+    (loss, metrics) as `loss_of` would give on the whole sub-batch.
+  """
+  rows = sub["tokens"].shape[0]
+  if rows_per_microbatch <= 0 or rows_per_microbatch >= rows:
+    return loss_of(sub)
+  if rows % rows_per_microbatch:
+    raise ValueError(
+        f"config.optim.microbatch_rows={rows_per_microbatch} must divide the"
+        f" sub-batch's {rows} rows"
+    )
+  n = rows // rows_per_microbatch
+  split = jax.tree.map(
+      lambda x: x.reshape((rows_per_microbatch, n) + x.shape[1:]).swapaxes(
+          0, 1
+      ),
+      dict(sub),
+  )
+
+  @jax.checkpoint
+  def body(carry, mb):
+    loss, metrics = loss_of(mb)
+    weight = jnp.sum(losses.token_weights(mb["loss_mask"], mb["weights"]))
+    return carry, (loss, metrics, weight)
+
+  _, (loss, metrics, weight) = jax.lax.scan(body, None, split)
+  total = jnp.maximum(jnp.sum(weight), 1.0)
+  combined = {
+      k: jnp.sum(v) if k == "num_tokens" else jnp.sum(v * weight) / total
+      for k, v in metrics.items()
+  }
+  return jnp.sum(loss * weight) / total, combined
+
+
 def _check_batch(batch: Batch, keys: tuple[str, ...], multiple: int) -> None:
   """Clear errors for a batch the jitted step cannot take."""
   if not isinstance(batch, Mapping) or not set(batch) <= {"designer", "agent"}:
@@ -246,25 +296,28 @@ def make_update_step(
     for name, role in ROLES:
       if name not in batch:
         continue
-      sub = batch[name]
-      logp = _logprobs(model, params, sub, role, o.logprob_chunk)
-      ref_logp = None
-      if use_kl:
-        ref_logp = jax.lax.stop_gradient(
-            _logprobs(model, ref_params, sub, role, o.logprob_chunk)
+
+      def role_loss(sub, name=name, role=role):
+        logp = _logprobs(model, params, sub, role, o.logprob_chunk)
+        ref_logp = None
+        if use_kl:
+          ref_logp = jax.lax.stop_gradient(
+              _logprobs(model, ref_params, sub, role, o.logprob_chunk)
+          )
+        return losses.policy_loss(
+            logp,
+            sub["old_logprobs"],
+            sub["advantages"],
+            sub["loss_mask"],
+            sub["weights"],
+            clip_low=o.clip_low,
+            clip_high=o.clip_high,
+            ref_logprobs=ref_logp,
+            kl_coef=o.kl_coef,
+            max_importance_weight=(designer_iw if name == "designer" else None),
         )
-      loss, m = losses.policy_loss(
-          logp,
-          sub["old_logprobs"],
-          sub["advantages"],
-          sub["loss_mask"],
-          sub["weights"],
-          clip_low=o.clip_low,
-          clip_high=o.clip_high,
-          ref_logprobs=ref_logp,
-          kl_coef=o.kl_coef,
-          max_importance_weight=designer_iw if name == "designer" else None,
-      )
+
+      loss, m = _microbatched(role_loss, batch[name], o.microbatch_rows)
       total = total + role_weight[name] * loss
       metrics[f"train/{name}_loss"] = loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
@@ -301,9 +354,12 @@ def make_sft_step(
     for name, role in ROLES:
       if name not in batch:
         continue
-      sub = batch[name]
-      logp = _logprobs(model, params, sub, role, o.logprob_chunk)
-      loss, m = losses.sft_loss(logp, sub["loss_mask"], sub["weights"])
+
+      def role_loss(sub, role=role):
+        logp = _logprobs(model, params, sub, role, o.logprob_chunk)
+        return losses.sft_loss(logp, sub["loss_mask"], sub["weights"])
+
+      loss, m = _microbatched(role_loss, batch[name], o.microbatch_rows)
       total = total + role_weight[name] * loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
     return total, metrics

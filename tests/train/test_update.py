@@ -285,3 +285,31 @@ def test_bad_batches_say_what_to_do(setup):
   )
   with pytest.raises(ValueError, match="keep_reference=True"):
     kl_step(no_ref, setup["batch"])
+
+
+def test_microbatches_and_remat_give_the_same_step(setup):
+  """Accumulating over micro-batches with per-layer remat changes nothing."""
+  mesh_c = _config()
+  mesh = _mesh(mesh_c, 2, 1, 1)
+  outs = []
+  for microbatch_rows, remat in ((0, False), (2, True)):
+    c = _config(microbatch_rows=microbatch_rows)
+    c.model.remat = remat
+    model = transformer.build_model(c.model)
+    optimizer = state_lib.make_optimizer(c.optim)
+    state = state_lib.create_state(
+        setup["params"],
+        optimizer,
+        rng=jax.random.PRNGKey(3),
+        mesh=mesh,
+        rules=c.mesh.rules,
+    )
+    step = update.make_update_step(model, optimizer, mesh, c)
+    new_state, metrics = step(state, setup["batch"])
+    outs.append((jax.device_get(new_state.params), jax.device_get(metrics)))
+  (p0, m0), (p1, m1) = outs
+  for key in ("train/loss", "train/agent_pg_loss", "train/designer_clip_frac"):
+    np.testing.assert_allclose(m1[key], m0[key], rtol=1e-5, atol=1e-6)
+  assert m1["train/agent_num_tokens"] == m0["train/agent_num_tokens"]
+  for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
