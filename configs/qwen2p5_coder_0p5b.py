@@ -59,15 +59,19 @@ def get_config(arg=None):
 
   if arg == "runlocal":
     c.num_iterations = 1
-    c.model.max_len = 2048
+    # Sized for 24 GB of host memory: the update's activation memory on XLA's
+    # CPU backend grows with rows x length^2 x layers (benchmarks/README.md),
+    # so designer rows stay within 768 tokens and are updated one at a time.
+    c.model.max_len = 1024
     c.designer.num_envs = 2
-    # Long enough for a whole small environment program.
-    c.designer.max_new_tokens = 640
-    c.designer.max_prompt_tokens = 1024
-    c.grounding.max_words = 150
+    c.designer.max_new_tokens = 384
+    c.designer.max_prompt_tokens = 384
+    c.grounding.max_words = 60
+    c.memory.num_examples = 0
+    c.optim.microbatch_rows = 1
     c.designer.hint_max_new_tokens = 48
     c.agent.episodes_per_env = 2
     c.agent.max_turns = 2
     c.agent.max_new_tokens = 48
-    c.agent.max_context = 1024
+    c.agent.max_context = 448
   return c
