@@ -231,16 +231,25 @@ def run_episodes(
   episodes = [Episode(spec=s) for s in specs]
   stats = RolloutStats()
   t0 = time.perf_counter()
-  resets = executor.reset(
-      [(i, s.source, s.seed, s.hint == ENV_HINT) for i, s in enumerate(specs)]
-  )
-  stats.sandbox_s += time.perf_counter() - t0
-  for ep, res in zip(episodes, resets):
-    if res.get("ok"):
-      ep.first_observation = res["obs"]
-      ep.hint = res.get("hint") if ep.spec.hint == ENV_HINT else ep.spec.hint
-    else:
-      ep.done, ep.error = True, f"{res.get('reason')}: {res.get('message')}"
+
+  def reset(ids):
+    start = time.perf_counter()
+    results = executor.reset(
+        [
+            (i, specs[i].source, specs[i].seed, specs[i].hint == ENV_HINT)
+            for i in ids
+        ]
+    )
+    return results, time.perf_counter() - start
+
+  def apply_reset(ids, results):
+    for i, res in zip(ids, results):
+      ep = episodes[i]
+      if res.get("ok"):
+        ep.first_observation = res["obs"]
+        ep.hint = res.get("hint") if ep.spec.hint == ENV_HINT else ep.spec.hint
+      else:
+        ep.done, ep.error = True, f"{res.get('reason')}: {res.get('message')}"
 
   def live():
     return [i for i, e in enumerate(episodes) if not e.done]
@@ -289,8 +298,15 @@ def run_episodes(
   groups = [everyone[0::2], everyone[1::2]] if overlap else [everyone]
   pending: list[Any] = [None] * len(groups)
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+    # Every group's environments start in the worker, in order, so group
+    # g + 1's resets run while group g samples its first turn.
+    resets = [worker.submit(reset, members) for members in groups]
     for turn in range(max_turns + 1):
       for g, members in enumerate(groups):
+        if turn == 0:
+          results, seconds = resets[g].result()
+          stats.sandbox_s += seconds
+          apply_reset(members, results)
         if pending[g] is not None:
           ids, prompts, outs, future = pending[g]
           results, seconds = future.result()
