@@ -47,6 +47,8 @@ EXTRAS = {
         "nbformat>=5.10,<6",
         "ipykernel>=6.29,<8",
         "matplotlib>=3.8,<4",
+        # Renders the Qwen GGUF's own chat template in a tokenizer test.
+        "jinja2>=3.1,<4",
     ],
 }
 
