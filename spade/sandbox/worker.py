@@ -114,6 +114,29 @@ def _isolate(opts, uid, home, keep):
   return out
 
 
+def _text_size(obj, limit, depth=0):
+  """A lower bound on the encoded size: the lengths of the strings inside.
+
+  Stops counting once past `limit`; containers deeper than 8 levels count as
+  nothing here (the exact check after encoding still applies).
+  """
+  if isinstance(obj, (str, bytes)):
+    return len(obj)
+  if depth > 8:
+    return 0
+  total = 0
+  items = obj
+  if isinstance(obj, dict):
+    items = (x for kv in obj.items() for x in kv)
+  elif not isinstance(obj, (list, tuple)):
+    return 0
+  for item in items:
+    total += _text_size(item, limit, depth + 1)
+    if total > limit:
+      break
+  return total
+
+
 def _send(fd, obj, limit, seq=None):
   """Child side: one framed JSON message; an oversized one becomes an error.
 
@@ -121,7 +144,11 @@ def _send(fd, obj, limit, seq=None):
   taken for the answer to another request.
   """
   try:
-    data = json.dumps(obj, allow_nan=False).encode("utf-8", "surrogatepass")
+    if _text_size(obj, limit) > limit:
+      # Encoding tens of MiB only to refuse them can outlast the deadline.
+      data = b"x" * (limit + 1)
+    else:
+      data = json.dumps(obj, allow_nan=False).encode("utf-8", "surrogatepass")
   except (TypeError, ValueError) as e:
     obj = {
         "ok": False,
