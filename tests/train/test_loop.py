@@ -92,3 +92,36 @@ def test_run_kill_and_resume(tmp_path):
     assert verdicts["designs"] and "reason" in verdicts["designs"][0]["verdict"]
     assert verdicts["played"]
   assert os.path.exists(os.path.join(workdir, "memory.json"))
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_fixed_pool_baseline_with_warm_start(tmp_path):
+  """The baseline: no designer, seed environments only, after a warm start."""
+  workdir = str(tmp_path / "fp")
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "spade.main",
+          "--config=configs/tiny.py:smoke",
+          "--config.train.mode=fixed_pool",
+          "--config.train.warm_start_steps=2",
+          f"--workdir={workdir}",
+      ],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=900,
+      check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "warm start 2/2" in proc.stderr
+  (row,) = metrics_lib.read_metrics(workdir)
+  assert row["designer/num_designs"] == 0.0
+  assert row["agent/seed_envs"] == row["agent/num_envs"] == 1.0
+  assert row["agent/episodes"] == 2.0  # K=1 without and K=1 with the hint
+  assert row["update/designer_rows"] == 0.0 and row["update/agent_rows"] > 0
