@@ -35,8 +35,6 @@ class Curriculum:
           process_count=jax.process_count() if self._sharded else 1,
       )
     self.archive = archive_lib.Archive(config.memory)
-    self._replayed = 0
-    self._played = 0
 
   def documents(self, n: int) -> list[Any]:
     """n grounding documents, or n Nones when grounding is off."""
@@ -97,8 +95,6 @@ class Curriculum:
     return float(dedup.diversity(codes)) if len(codes) > 1 else 0.0
 
   def metrics(self, *, replayed: int, total: int) -> dict[str, float]:
-    self._replayed += replayed
-    self._played += total
     if not self.config.memory.enabled:
       return {}
     self.archive.set_replay_fraction(replayed / total if total else 0.0)
