@@ -133,40 +133,54 @@ class PoolExecutor:
     return [gathered[it[0]] for it in items]
 
   def reset(self, items):
+    mine = self._mine(items)
+    opened = self._pool.open_many(
+        [
+            {
+                "source": source,
+                "seed": seed,
+                "calls": ["get_tools"] + (["hint"] if want_hint else []),
+            }
+            for _, source, seed, want_hint in mine
+        ]
+    )
     results = []
-    for eid, source, seed, want_hint in self._mine(items):
-      try:
-        handle = self._pool.create(source)
-        self._handles[eid] = handle
-        obs, _ = self._pool.reset(handle, seed)
-        hint = str(self._pool.call(handle, "hint")) if want_hint else None
-        results.append(
-            {"ok": True, "obs": obs + self._tools(handle), "hint": hint}
-        )
-      except Exception as e:  # pylint: disable=broad-except
+    for (eid, _, _, want_hint), res in zip(mine, opened):
+      if not res.get("ok"):
         # A broken environment ends its episode with a recorded reason; it
         # must not stop the other episodes.
         results.append(
             {
                 "ok": False,
-                "reason": getattr(e, "reason", type(e).__name__),
-                "message": str(e)[:500],
+                "reason": res.get("reason"),
+                "message": str(res.get("message"))[:500],
             }
         )
+        continue
+      self._handles[eid] = res["handle"]
+      calls = res["calls"]
+      hint = None
+      if want_hint:
+        if not calls.get("hint", {}).get("ok"):
+          failed = calls.get("hint", {})
+          results.append(
+              {
+                  "ok": False,
+                  "reason": failed.get("reason", "exception"),
+                  "message": str(failed.get("message"))[:500],
+              }
+          )
+          continue
+        hint = str(calls["hint"]["value"])
+      # The agent cannot call tools it was never shown; the reference passes
+      # them through the chat template, we append them as text (the same
+      # form the seed_heldout eval suite uses). A game has no get_tools().
+      tools = calls.get("get_tools", {})
+      suffix = (
+          prompts_lib.tools_suffix(tools["value"]) if tools.get("ok") else ""
+      )
+      results.append({"ok": True, "obs": res["obs"] + suffix, "hint": hint})
     return self._gather(items, results)
-
-  def _tools(self, handle: int) -> str:
-    """Tool schemas for the first observation of a tool-use environment.
-
-    The agent cannot call tools it was never shown; the reference passes
-    them through the chat template, we append them as text (the same form
-    the seed_heldout eval suite uses).
-    """
-    try:
-      tools = self._pool.call(handle, "get_tools")
-    except Exception:  # pylint: disable=broad-except
-      return ""  # a game: no get_tools()
-    return prompts_lib.tools_suffix(tools)
 
   def step(self, items):
     mine = [(eid, a) for eid, a in self._mine(items) if eid in self._handles]

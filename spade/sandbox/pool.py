@@ -339,6 +339,7 @@ class SandboxPool:
       nofile: int = 64,
       fsize_mb: int = 16,
       max_parallel: int = 16,
+      spare_envs: int = 4,
       result_cap_bytes: int = 1 << 20,
       output_cap_bytes: int = 64 << 10,
       runsc_path: str | None = None,
@@ -369,6 +370,8 @@ class SandboxPool:
       nofile: open files per environment process.
       fsize_mb: largest file an environment may write.
       max_parallel: children one worker runs at once within a request.
+      spare_envs: environment processes each worker keeps forked ahead
+        (between requests), so `create` does not wait for a fork.
       result_cap_bytes: largest result of one call.
       output_cap_bytes: stdout/stderr kept from `run_code`.
       runsc_path: the runsc binary (default: found on PATH).
@@ -401,6 +404,9 @@ class SandboxPool:
     self.nofile = int(nofile)
     self.fsize_mb = int(fsize_mb)
     self.max_parallel = int(max_parallel)
+    if spare_envs < 0:
+      raise SandboxError("config", "spare_envs must be >= 0")
+    self.spare_envs = int(spare_envs)
     self.result_cap = int(result_cap_bytes)
     self.output_cap = int(output_cap_bytes)
     self.platform = platform
@@ -475,6 +481,7 @@ class SandboxPool:
         "sandbox_memory_mb",
         "nproc",
         "max_parallel",
+        "spare_envs",
     )
     for key in optional:
       if key in c:
@@ -523,6 +530,7 @@ class SandboxPool:
         f"--max-result-bytes={self.result_cap}",
         f"--max-output-bytes={self.output_cap}",
         f"--max-parallel={self.max_parallel}",
+        f"--spare-envs={self.spare_envs}",
         f"--step-timeout-s={self.step_timeout_s}",
         f"--validate-timeout-s={self.validate_timeout_s}",
     ]
@@ -842,6 +850,79 @@ class SandboxPool:
       sb.envs.add(result["env"])
       self._retire_if_worn(sb)
       return handle
+
+  def open_many(self, items: list[dict]) -> list[dict]:
+    """Creates and resets many environments at once: one request per sandbox.
+
+    Each item is {"source", "seed", optional "kwargs", optional "calls": method
+    names called right after the reset (e.g. ["hint", "get_tools"])}. The
+    environments of one sandbox load concurrently (up to `max_parallel`) in
+    pre-forked processes, each in a single round trip.
+
+    Returns, in order, {"ok": True, "handle", "obs", "info", "calls": {name:
+    {"ok", "value"} or {"ok": False, "reason", "message"}}} or {"ok": False,
+    "reason", "message"} for a program that did not load or reset; one
+    failure never affects the others.
+    """
+    with self._lock:
+      self._check_open()
+      results: list[dict | None] = [None] * len(items)
+      per: dict[_Sandbox, list[dict]] = {}
+      where: dict[_Sandbox, list[int]] = {}
+      load = {sb: len(sb.envs) for sb in self._sandboxes}
+      for i, item in enumerate(items):
+        sb = min(self._sandboxes, key=lambda s: (load[s], s.index))
+        load[sb] += 1
+        per.setdefault(sb, []).append(
+            {
+                "op": "create",
+                "source": item["source"],
+                "kwargs": item.get("kwargs") or {},
+                "open": {
+                    "seed": item.get("seed"),
+                    "calls": list(item.get("calls") or []),
+                },
+            }
+        )
+        where.setdefault(sb, []).append(i)
+      rounds = -(
+          -max((len(v) for v in per.values()), default=1) // (self.max_parallel)
+      )
+      answers = self._request(per, self.step_timeout_s * rounds)
+      for sb, value in answers.items():
+        if sb in self._sandboxes or sb in self._retired:
+          sb.children += len(where[sb])
+        for k, i in enumerate(where[sb]):
+          r = value if isinstance(value, str) else value[k]
+          if isinstance(r, str):
+            results[i] = {
+                "ok": False,
+                "reason": "sandbox_lost",
+                "message": f"the sandbox was replaced: {r}",
+            }
+          elif not isinstance(r, dict) or not r.get("ok"):
+            r = r if isinstance(r, dict) else {}
+            results[i] = {
+                "ok": False,
+                "reason": str(r.get("reason", "crash")),
+                "message": str(
+                    r.get("message", "the environment did not load")
+                ),
+            }
+          else:
+            handle = next(self._next_handle)
+            self._handles[handle] = (sb, r["env"])
+            sb.envs.add(r["env"])
+            results[i] = {
+                "ok": True,
+                "handle": handle,
+                "obs": str(r.get("obs", "")),
+                "info": dict(r.get("info") or {}),
+                "calls": dict(r.get("calls") or {}),
+            }
+      for sb in list(self._sandboxes):
+        self._retire_if_worn(sb)
+      return results  # type: ignore[return-value]
 
   def reset(self, handle: int, seed: int | None = None) -> tuple[str, dict]:
     """Resets an environment; returns (observation, info)."""

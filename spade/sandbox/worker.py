@@ -10,7 +10,9 @@ nothing else can write on the channel):
   host -> worker  {"id": n, "items": [{"op": ..., ...}, ...]}
   worker -> host  {"id": n, "results": [...]}        one line per request
 
-Ops: `create` (source, kwargs) -> {"ok", "env"}; `reset` (env, seed);
+Ops: `create` (source, kwargs; optional open = {seed, calls}: reset and call
+those methods too, in the same round trip) -> {"ok", "env"[, "obs", "info",
+"calls"]}; `reset` (env, seed);
 `step` (env, action); `call` (env, method, args); `close` (env); `validate`
 (source, options) -> the validator's verdict; `run_code` (source, timeout_s);
 `stats`. Items of one request run concurrently, except that items on the same
@@ -25,6 +27,12 @@ each call's deadline by killing every process of the environment's uid, and
 the host enforces a later deadline on the worker by replacing the sandbox.
 Worker <-> child messages are a 4-byte length and JSON; results over
 `--max-result-bytes` are refused.
+
+Forking is the slow part of `create` under gVisor's ptrace platform (~80-120
+ms, against a few ms to load a program), so with `--spare-envs=N` the worker
+keeps N environment children forked ahead, made exactly as `create` would
+make them, forking one at a time only while no request is waiting; `create`
+hands its program to one of them.
 """
 
 import argparse
@@ -238,6 +246,24 @@ def _jsonable(x, depth=0):
   return repr(x)[:1000]
 
 
+def _reset(env, seed):
+  """env.reset(seed=seed), checked: {"obs", "info"}."""
+  out = env.reset(seed=seed)
+  if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
+    raise TypeError(
+        "reset() must return (observation: str, info: dict), got"
+        f" {type(out).__name__}"
+    )
+  return {"obs": out[0], "info": _jsonable(out[1] or {})}
+
+
+def _call(env, name, args):
+  """A public method's value, JSON-safe."""
+  if not isinstance(name, str) or name.startswith("_"):
+    raise AttributeError(f"method {name!r} may not be called")
+  return _jsonable(getattr(env, name)(*args))
+
+
 def _env_server(rfd, wfd, limit):
   """Child: loads one program and serves reset/step/call until close."""
   env = None
@@ -264,16 +290,22 @@ def _env_server(rfd, wfd, limit):
           )
           continue
         env = cls(**(msg.get("kwargs") or {}))
-        _send(
-            wfd,
-            {
-                "ok": True,
-                "class_name": cls.__name__,
-                "description": (cls.__doc__ or "").strip()[:4000],
-            },
-            limit,
-            seq,
-        )
+        reply = {
+            "ok": True,
+            "class_name": cls.__name__,
+            "description": (cls.__doc__ or "").strip()[:4000],
+        }
+        opening = msg.get("open")
+        if opening is not None:
+          # create + reset + calls in one round trip (`SandboxPool.open_many`).
+          reply.update(_reset(env, opening.get("seed")))
+          reply["calls"] = {}
+          for name in opening.get("calls") or []:
+            try:
+              reply["calls"][name] = {"ok": True, "value": _call(env, name, [])}
+            except Exception as e:  # pylint: disable=broad-except
+              reply["calls"][name] = _error(e)
+        _send(wfd, reply, limit, seq)
       elif env is None:
         _send(
             wfd,
@@ -282,20 +314,7 @@ def _env_server(rfd, wfd, limit):
             seq,
         )
       elif op == "reset":
-        out = env.reset(seed=msg.get("seed"))
-        if not (
-            isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)
-        ):
-          raise TypeError(
-              "reset() must return (observation: str, info: dict), got"
-              f" {type(out).__name__}"
-          )
-        _send(
-            wfd,
-            {"ok": True, "obs": out[0], "info": _jsonable(out[1] or {})},
-            limit,
-            seq,
-        )
+        _send(wfd, {"ok": True, **_reset(env, msg.get("seed"))}, limit, seq)
       elif op == "step":
         out = env.step(msg["action"])
         if not (isinstance(out, tuple) and len(out) == 5):
@@ -325,11 +344,8 @@ def _env_server(rfd, wfd, limit):
             seq,
         )
       elif op == "call":
-        name = msg["method"]
-        if not isinstance(name, str) or name.startswith("_"):
-          raise AttributeError(f"method {name!r} may not be called")
-        value = getattr(env, name)(*msg.get("args", []))
-        _send(wfd, {"ok": True, "value": _jsonable(value)}, limit, seq)
+        value = _call(env, msg["method"], msg.get("args", []))
+        _send(wfd, {"ok": True, "value": value}, limit, seq)
       elif op == "close":
         if hasattr(env, "close"):
           env.close()
@@ -428,6 +444,10 @@ class Worker:
     self.by_pid = {}  # pid -> _Child, for reaping
     self.created = 0
     self.preloaded = []
+    # Environment children forked ahead, between requests: forking costs
+    # ~80-120 ms under gVisor's ptrace platform, loading a program a few.
+    self.spares = collections.deque()
+    self.spare_failed = False
 
   # --- processes ---
 
@@ -479,6 +499,27 @@ class Worker:
     self.by_pid[pid] = child
     self.created += 1
     return child
+
+  def _take_spare(self):
+    """A live pre-forked environment child, or None."""
+    self.reap()
+    while self.spares:
+      child = self.spares.popleft()
+      if child.status is None and child.dead is None:
+        return child
+      self.release(child)
+    return None
+
+  def _fork_spare(self):
+    """Forks one environment child that waits for its program."""
+    try:
+      self.spares.append(
+          self.spawn("env", _env_server, self.opts.max_result_bytes)
+      )
+    except OSError:
+      # Out of processes or memory: requests fork on demand (and report
+      # it) until the next request has been answered.
+      self.spare_failed = True
 
   def _uid_pids(self, uid):
     pids = []
@@ -724,7 +765,9 @@ class Worker:
       results[i] = self.stats()
       return None
     if op == "create":
-      child = self.spawn("env", _env_server, opts.max_result_bytes)
+      child = self._take_spare() or self.spawn(
+          "env", _env_server, opts.max_result_bytes
+      )
       env_id = self.next_env
       self.next_env += 1
       self.envs[env_id] = child
@@ -745,14 +788,14 @@ class Worker:
             "message": dead.message,
         }
 
-      self._write(
-          child,
-          {
-              "op": "create",
-              "source": item["source"],
-              "kwargs": item.get("kwargs") or {},
-          },
-      )
+      request = {
+          "op": "create",
+          "source": item["source"],
+          "kwargs": item.get("kwargs") or {},
+      }
+      if item.get("open") is not None:
+        request["open"] = item["open"]
+      self._write(child, request)
       return self._job(
           child, step_deadline, on_create, on_create_dead, "create"
       )
@@ -931,18 +974,36 @@ class Worker:
         "envs": len(self.envs),
         "processes": procs,
         "created": self.created,
+        "spare_envs": len(self.spares),
         "preloaded": self.preloaded,
         "tmp_entries": len(os.listdir(self.opts.workdir)),
     }
 
   # --- main loop ---
 
+  def _input_waiting(self, buf):
+    if b"\n" in buf:
+      return True
+    readable, _, _ = select.select([self.proto_in], [], [], 0)
+    return bool(readable)
+
   def serve(self):
-    reader = os.fdopen(self.proto_in, "rb", buffering=1 << 16)
+    """Answers requests, one line each; forks spares while none waits."""
+    buf = bytearray()
     while True:
-      line = reader.readline()
-      if not line:
-        return
+      while (
+          len(self.spares) < self.opts.spare_envs
+          and not self.spare_failed
+          and not self._input_waiting(buf)
+      ):
+        self._fork_spare()
+      while b"\n" not in buf:
+        data = os.read(self.proto_in, 1 << 16)
+        if not data:
+          return
+        buf += data
+      line, _, rest = bytes(buf).partition(b"\n")
+      buf = bytearray(rest)
       try:
         request = json.loads(line)
         items = request["items"]
@@ -950,6 +1011,7 @@ class Worker:
         self.reply({"id": None, "error": f"bad request: {e}"})
         continue
       results = self.run_items(items)
+      self.spare_failed = False
       self.reply({"id": request.get("id"), "results": results})
 
   def reply(self, obj):
@@ -977,6 +1039,7 @@ def _parse(argv):
   p.add_argument("--max-result-bytes", type=int, default=1 << 20)
   p.add_argument("--max-output-bytes", type=int, default=64 << 10)
   p.add_argument("--max-parallel", type=int, default=64)
+  p.add_argument("--spare-envs", type=int, default=0)
   p.add_argument("--step-timeout-s", type=float, default=5.0)
   p.add_argument("--validate-timeout-s", type=float, default=30.0)
   return p.parse_args(argv)

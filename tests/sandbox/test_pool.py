@@ -1,6 +1,7 @@
 """The pool's API: environments, batches, validation, programs, config."""
 
 import shutil
+import time
 
 import pytest
 
@@ -176,6 +177,83 @@ def test_step_many_isolates_failures(gvisor_pool):
   assert gvisor_pool.step(handles[1], "result = 'b'")["obs"] == "b"
   for h in handles:
     gvisor_pool.close_env(h)
+
+
+BAD_RESET = """
+class BadResetEnv:
+  def reset(self, seed=None):
+    return 42
+
+  def step(self, action):
+    return "", 0.0, True, False, {}
+"""
+
+
+@pytest.mark.sandbox
+def test_open_many_creates_resets_and_calls_in_one_round_trip(gvisor_pool):
+  before = sum(s["envs"] for s in gvisor_pool.stats())
+  out = gvisor_pool.open_many(
+      [
+          {"source": GAME, "seed": 7, "calls": ["hint", "get_tools"]},
+          {"source": TOOL_USE, "seed": 3, "calls": ["get_tools"]},
+          {"source": "class BrokenEnv(:\n  pass", "seed": 0},
+          {"source": BAD_RESET, "seed": 0},
+          {"source": GAME, "seed": 8, "kwargs": {"max_turns": 1}},
+      ]
+  )
+  secret = __import__("random").Random(7).randint(0, 9)
+  game, tool, broken, bad_reset, short = out
+  assert game["ok"] and game["obs"].startswith("Guess a digit")
+  assert game["info"] == {"max_turns": 5}
+  assert game["calls"]["hint"] == {
+      "ok": True,
+      "value": f"The secret is odd: {secret % 2 == 1}",
+  }
+  # A game has no get_tools(): that call fails alone, the env stays open.
+  assert game["calls"]["get_tools"]["ok"] is False
+  assert tool["calls"]["get_tools"]["value"][0]["function"]["name"] == (
+      "lookup"
+  )
+  assert (broken["ok"], broken["reason"]) == (False, "syntax")
+  assert bad_reset["ok"] is False and "reset() must return" in (
+      bad_reset["message"]
+  )
+  assert short["info"] == {"max_turns": 1}
+  # The opened environments are ordinary handles, spread over both
+  # sandboxes; the failed ones left no environment behind.
+  handles = [game["handle"], tool["handle"], short["handle"]]
+  assert len({gvisor_pool.where(h)["name"] for h in handles}) == 2
+  win = gvisor_pool.step(game["handle"], "\\boxed{%d}" % secret)
+  assert (win["reward"], win["terminated"]) == (1.0, True)
+  assert sum(s["envs"] for s in gvisor_pool.stats()) == before + 3
+  for h in handles:
+    gvisor_pool.close_env(h)
+  assert sum(s["envs"] for s in gvisor_pool.stats()) == before
+  assert_pool_works(gvisor_pool)
+
+
+@pytest.mark.sandbox
+def test_workers_keep_spare_children_forked_ahead():
+  with SandboxPool("gvisor", 1, spare_envs=2, warm_spare=False) as pool:
+    # Spares are forked between requests, one at a time: poll until full.
+    for _ in range(100):
+      stats = pool.stats()[0]
+      if stats["spare_envs"] == 2:
+        break
+      time.sleep(0.1)
+    assert stats["spare_envs"] == 2 and stats["envs"] == 0
+    created = stats["created"]
+    handles = [pool.create(GAME) for _ in range(2)]
+    # Both came from the spares: every fork since then is a refill (forking
+    # for the creates would have counted two more).
+    stats = pool.stats()[0]
+    assert stats["envs"] == 2
+    assert stats["created"] - created == stats["spare_envs"]
+    for h in handles:
+      assert pool.reset(h, 1)[0].startswith("Guess a digit")
+      pool.close_env(h)
+  with pytest.raises(SandboxError, match="spare_envs"):
+    SandboxPool("gvisor", 1, spare_envs=-1)
 
 
 @pytest.mark.sandbox
