@@ -2,10 +2,11 @@ r"""Throughput and model-FLOPs utilisation of the jitted update step.
 
   python benchmarks/train_step.py
   python benchmarks/train_step.py --rows=tiny:8x128,tiny:32x512 --steps=5
+  python benchmarks/train_step.py --devices=2   # one CPU device per core
 
 Each row times `spade.train.update.make_update_step` (designer and agent
 sub-batches of B x L tokens each, both through the shared trunk) on one
-device after one warm-up call, as the best of --steps calls, and prints
+device (or --devices) after one warm-up call, as the best of --steps calls, and prints
 tokens/s and MFU: model FLOPs per second over a measured matmul peak (the
 best of several large float32 `jnp.dot`s on the same device, measured before
 and after the rows). Best-of on both sides keeps a shared machine's load out
@@ -14,11 +15,37 @@ the forward (forward + backward), matmuls 2 * params * tokens (the
 unembedding included, the embedding lookup not) plus attention 4 * L * heads
 * head_dim per token and layer (dense: the causal mask is applied to a full
 score matrix). The last line is key=value pairs for the first row.
+
+`--devices=N` runs the step data-parallel over a mesh of N devices (on a CPU,
+N host devices made with `--xla_force_host_platform_device_count`, which this
+script sets before JAX starts). On this 2-core machine XLA's CPU backend
+splits a single device's small element-wise ops over both threads, and the
+hand-offs cost more than they save; one device per core keeps every op on
+its core, with the rows split between them.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+
+
+def _devices_from_argv() -> int:
+  for arg in sys.argv[1:]:
+    if arg.startswith("--devices="):
+      return int(arg.split("=", 1)[1])
+  return 1
+
+
+# Host devices must exist before JAX starts: read --devices ahead of absl.
+if _devices_from_argv() > 1 and "host_platform_device_count" not in (
+    os.environ.get("XLA_FLAGS", "")
+):
+  os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "")
+      + f" --xla_force_host_platform_device_count={_devices_from_argv()}"
+  )
 
 from absl import app
 from absl import flags
@@ -39,6 +66,9 @@ _ROWS = flags.DEFINE_string(
 )
 _STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per row.")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matmul size for the peak.")
+_DEVICES = flags.DEFINE_integer(
+    "devices", 1, "Devices of the data-parallel mesh (rows split over them)."
+)
 
 # A bigger model that still steps in seconds on a 2-core CPU.
 _MEDIUM = dict(
@@ -83,7 +113,9 @@ def _batch(rows: int, length: int, vocab: int, rng) -> dict:
   }
 
 
-def time_row(model_name: str, rows: int, length: int, steps: int) -> dict:
+def time_row(
+    model_name: str, rows: int, length: int, steps: int, devices: int = 1
+) -> dict:
   """Times the update step for one model and batch shape."""
   c = config_lib.base_config()
   if model_name == "medium":
@@ -91,8 +123,13 @@ def time_row(model_name: str, rows: int, length: int, steps: int) -> dict:
   elif model_name != "tiny":
     raise ValueError(f"unknown model {model_name!r}: use tiny or medium")
   c.model.max_len = max(c.model.max_len, length)
-  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 1, 1
-  mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+  if jax.device_count() < devices or rows % devices:
+    raise ValueError(
+        f"--devices={devices}: {jax.device_count()} devices available and"
+        f" {rows} rows; the rows must split evenly over the devices"
+    )
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = devices, 1, 1
+  mesh = sharding.make_mesh(c.mesh, jax.devices()[:devices])
   model = transformer.build_model(c.model)
   optimizer = state_lib.make_optimizer(c.optim)
   params = transformer.init_params(c.model, jax.random.PRNGKey(0))
@@ -146,7 +183,7 @@ def main(argv):
   for spec in _ROWS.value.split(","):
     name, shape = spec.split(":")
     rows, length = (int(v) for v in shape.split("x"))
-    r = time_row(name, rows, length, _STEPS.value)
+    r = time_row(name, rows, length, _STEPS.value, _DEVICES.value)
     r["mfu"] = r["model_flops_s"] / peak
     results.append(r)
     print(
@@ -169,6 +206,7 @@ def main(argv):
       f"train_tokens_s={first['train_tokens_s']:.0f} mfu={first['mfu']:.3f}"
       f" step_ms={first['step_s'] * 1e3:.1f} peak_gflops={peak / 1e9:.1f}"
       f" batch={first['batch']} length={first['length']}"
+      f" devices={_DEVICES.value}"
       f" best_mfu={best['mfu']:.3f}"
       f" best_row={best['model']}:{best['batch']}x{best['length']}"
   )
