@@ -885,9 +885,8 @@ class SandboxPool:
             }
         )
         where.setdefault(sb, []).append(i)
-      rounds = -(
-          -max((len(v) for v in per.values()), default=1) // (self.max_parallel)
-      )
+      deepest = max((len(v) for v in per.values()), default=1)
+      rounds = -(-deepest // self.max_parallel)
       answers = self._request(per, self.step_timeout_s * rounds)
       for sb, value in answers.items():
         if sb in self._sandboxes or sb in self._retired:

@@ -517,8 +517,9 @@ class Worker:
           self.spawn("env", _env_server, self.opts.max_result_bytes)
       )
     except OSError:
-      # Out of processes or memory: requests fork on demand (and report
-      # it) until the next request has been answered.
+      # Out of processes or memory: no more spares until the next request
+      # has been answered; `create` forks on demand and reports its own
+      # failure.
       self.spare_failed = True
 
   def _uid_pids(self, uid):
