@@ -7,9 +7,9 @@ r"""Throughput and model-FLOPs utilisation of the jitted update step.
 Each row times `spade.train.update.make_update_step` (designer and agent
 sub-batches of B x L tokens each, both through the shared trunk) on one
 device (or --devices) after one warm-up call, as the best of --steps calls,
-and prints tokens/s and MFU: model FLOPs per second over a measured matmul peak (the
-best of several large float32 `jnp.dot`s on the same device, measured before
-and after the rows). Best-of on both sides keeps a shared machine's load out
+and prints tokens/s and MFU: model FLOPs per second over a measured matmul
+peak (the best of several large float32 `jnp.dot`s on the same device,
+measured before and after the rows). Best-of on both sides keeps a shared machine's load out
 of the ratio as far as it can. Model FLOPs count what the step computes: 3x
 the forward (forward + backward), matmuls 2 * params * tokens (the
 unembedding included, the embedding lookup not) plus attention 4 * L * heads
