@@ -5,16 +5,16 @@ r"""Throughput and model-FLOPs utilisation of the jitted update step.
   python benchmarks/train_step.py --devices=2   # one CPU device per core
 
 Each row times `spade.train.update.make_update_step` (designer and agent
-sub-batches of B x L tokens each, both through the shared trunk) on one
-device (or --devices) after one warm-up call, as the best of --steps calls,
-and prints tokens/s and MFU: model FLOPs per second over a measured matmul
-peak (the best of several large float32 `jnp.dot`s on the same device,
-measured before and after the rows). Best-of on both sides keeps a shared machine's load out
-of the ratio as far as it can. Model FLOPs count what the step computes: 3x
-the forward (forward + backward), matmuls 2 * params * tokens (the
-unembedding included, the embedding lookup not) plus attention 4 * L * heads
-* head_dim per token and layer (dense: the causal mask is applied to a full
-score matrix). The last line is key=value pairs for the first row.
+sub-batches of B x L tokens each, both through the shared trunk) on one device
+(or --devices) after one warm-up call, as the best of --steps calls, and
+prints tokens/s and MFU: model FLOPs per second over a measured matmul peak
+(the best of several large float32 `jnp.dot`s on the same device, measured
+before and after the rows). Best-of on both sides keeps a shared machine's
+load out of the ratio as far as it can. Model FLOPs count what the step
+computes: 3x the forward (forward + backward), matmuls 2 * params * tokens
+(the unembedding included, the embedding lookup not) plus attention 4 * L *
+heads * head_dim per token and layer (dense: the causal mask is applied to a
+full score matrix). The last line is key=value pairs for the first row.
 
 `--devices=N` runs the step data-parallel over a mesh of N devices (on a CPU,
 N host devices made with `--xla_force_host_platform_device_count`, which this
