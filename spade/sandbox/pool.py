@@ -8,7 +8,9 @@ worker.py), so one sandbox serves many environments at ~0.3 ms a step.
 
 The host side (this module) routes calls to the sandbox that holds an
 environment, batches the steps of many environments into one request per
-sandbox (sandboxes work in parallel), enforces a second deadline on top of the
+sandbox (sandboxes work in parallel), opens many environments the same way
+(`open_many`: create, reset and hint/tools calls in one round trip, in
+children the workers forked ahead), enforces a second deadline on top of the
 worker's (step timeout + grace: a sandbox that misses it is destroyed and its
 environments report `sandbox_lost`), and recycles sandboxes after N children,
 an age, or too many host tasks, swapping in a warm spare started in the
