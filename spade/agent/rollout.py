@@ -99,6 +99,15 @@ class StepExecutor(Protocol):
     ...
 
 
+def _failure(res: dict) -> dict:
+  """An environment call's error as a reset result: reason and message."""
+  return {
+      "ok": False,
+      "reason": res.get("reason", "exception"),
+      "message": str(res.get("message"))[:500],
+  }
+
+
 class PoolExecutor:
   """`StepExecutor` over a local `SandboxPool`, sliced across processes.
 
@@ -149,27 +158,14 @@ class PoolExecutor:
       if not res.get("ok"):
         # A broken environment ends its episode with a recorded reason; it
         # must not stop the other episodes.
-        results.append(
-            {
-                "ok": False,
-                "reason": res.get("reason"),
-                "message": str(res.get("message"))[:500],
-            }
-        )
+        results.append(_failure(res))
         continue
       self._handles[eid] = res["handle"]
       calls = res["calls"]
       hint = None
       if want_hint:
         if not calls.get("hint", {}).get("ok"):
-          failed = calls.get("hint", {})
-          results.append(
-              {
-                  "ok": False,
-                  "reason": failed.get("reason", "exception"),
-                  "message": str(failed.get("message"))[:500],
-              }
-          )
+          results.append(_failure(calls.get("hint", {})))
           continue
         hint = str(calls["hint"]["value"])
       # The agent cannot call tools it was never shown; the reference passes

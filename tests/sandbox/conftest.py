@@ -5,6 +5,8 @@ so the tests of this package share one pool; every test leaves it working and
 checks that it does.
 """
 
+import os
+
 import pytest
 
 from spade.sandbox import SandboxPool
@@ -56,6 +58,21 @@ def assert_pool_works(pool):
   assert [r["obs"] for r in out] == [str(i * 7) for i in range(len(handles))]
   for h in handles:
     pool.close_env(h)
+
+
+def host_processes(tmpdir):
+  """Host processes whose command line names a pool's directory."""
+  found = []
+  for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+      continue
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if tmpdir.encode() in f.read():
+          found.append(int(pid))
+    except OSError:
+      pass
+  return found
 
 
 def processes(pool):

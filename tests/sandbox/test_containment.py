@@ -15,6 +15,7 @@ import pytest
 from tests.sandbox.conftest import PROBE
 from tests.sandbox.conftest import STEP_TIMEOUT_S
 from tests.sandbox.conftest import assert_pool_works
+from tests.sandbox.conftest import host_processes
 from tests.sandbox.conftest import probe
 from tests.sandbox.conftest import processes
 
@@ -359,7 +360,7 @@ def test_thousand_create_close_cycles_leave_nothing(gvisor_pool):
   deadline = time.monotonic() + 30
   while time.monotonic() < deadline:
     dirs = [d for d in os.listdir(gvisor_pool.tmpdir) if d.startswith("sb")]
-    procs = _pool_processes(gvisor_pool.tmpdir)
+    procs = host_processes(gvisor_pool.tmpdir)
     if len(dirs) <= live and len(procs) <= 2 * live:
       break
     time.sleep(0.2)
@@ -368,17 +369,3 @@ def test_thousand_create_close_cycles_leave_nothing(gvisor_pool):
   for s in stats:
     assert s["host_tasks"] < gvisor_pool.max_host_tasks
   assert_pool_works(gvisor_pool)
-
-
-def _pool_processes(tmpdir):
-  """Host processes whose command line names the pool's directory."""
-  found = []
-  for pid in os.listdir("/proc"):
-    if pid.isdigit():
-      try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-          if tmpdir.encode() in f.read():
-            found.append(int(pid))
-      except OSError:
-        pass
-  return found

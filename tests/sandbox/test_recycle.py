@@ -12,23 +12,9 @@ from spade.sandbox import SandboxPool
 from spade.sandbox import runsc
 from tests.sandbox.conftest import PROBE
 from tests.sandbox.conftest import assert_pool_works
+from tests.sandbox.conftest import host_processes
 
 pytestmark = pytest.mark.sandbox
-
-
-def _runsc_processes(tmpdir):
-  """Host processes whose command line names this pool's directory."""
-  found = []
-  for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-      continue
-    try:
-      with open(f"/proc/{pid}/cmdline", "rb") as f:
-        if tmpdir.encode() in f.read():
-          found.append(int(pid))
-    except OSError:
-      pass
-  return found
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +108,14 @@ def test_close_leaves_nothing_behind():
   handles = [pool.create(PROBE) for _ in range(3)]
   for h in handles:
     pool.reset(h, 0)
-  assert _runsc_processes(tmpdir)
+  assert host_processes(tmpdir)
   pool.close()
   pool.close()  # idempotent
   assert not os.path.exists(tmpdir)
   deadline = time.monotonic() + 10
-  while _runsc_processes(tmpdir) and time.monotonic() < deadline:
+  while host_processes(tmpdir) and time.monotonic() < deadline:
     time.sleep(0.1)
-  assert _runsc_processes(tmpdir) == []
+  assert host_processes(tmpdir) == []
   with pytest.raises(SandboxError) as e:
     pool.create(PROBE)
   assert e.value.reason == "closed"

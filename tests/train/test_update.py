@@ -89,7 +89,7 @@ def setup():
   )
 
 
-def _one_step(setup, config, mesh):
+def _one_step(setup, config, mesh, model=None):
   optimizer = state_lib.make_optimizer(config.optim)
   state = state_lib.create_state(
       setup["params"],
@@ -99,7 +99,9 @@ def _one_step(setup, config, mesh):
       rules=config.mesh.rules,
       keep_reference=state_lib.keeps_reference(config),
   )
-  step = update.make_update_step(setup["model"], optimizer, mesh, config)
+  step = update.make_update_step(
+      model or setup["model"], optimizer, mesh, config
+  )
   new_state, metrics = step(state, setup["batch"])
   return state, new_state, jax.device_get(metrics)
 
@@ -295,18 +297,10 @@ def test_microbatches_and_remat_give_the_same_step(setup):
   for microbatch_rows, remat in ((0, False), (2, True)):
     c = _config(microbatch_rows=microbatch_rows)
     c.model.remat = remat
-    model = transformer.build_model(c.model)
-    optimizer = state_lib.make_optimizer(c.optim)
-    state = state_lib.create_state(
-        setup["params"],
-        optimizer,
-        rng=jax.random.PRNGKey(3),
-        mesh=mesh,
-        rules=c.mesh.rules,
+    _, new_state, metrics = _one_step(
+        setup, c, mesh, transformer.build_model(c.model)
     )
-    step = update.make_update_step(model, optimizer, mesh, c)
-    new_state, metrics = step(state, setup["batch"])
-    outs.append((jax.device_get(new_state.params), jax.device_get(metrics)))
+    outs.append((jax.device_get(new_state.params), metrics))
   (p0, m0), (p1, m1) = outs
   for key in ("train/loss", "train/agent_pg_loss", "train/designer_clip_frac"):
     np.testing.assert_allclose(m1[key], m0[key], rtol=1e-5, atol=1e-6)
