@@ -24,8 +24,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from spade import config as config_lib
-from spade.train import loop
-from spade.train import metrics as metrics_lib
+from spade.selfplay import loop
+from spade.selfplay import metrics as metrics_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tiny.py")
 _ITERS = flags.DEFINE_integer("iterations", 2, "Iterations; the last is timed.")

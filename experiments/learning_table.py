@@ -33,8 +33,8 @@ from ml_collections import config_flags
 
 from spade import config as config_lib
 from spade.eval import __main__ as eval_main
-from spade.train import loop
-from spade.train import metrics as metrics_lib
+from spade.selfplay import loop
+from spade.selfplay import metrics as metrics_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")

@@ -138,7 +138,7 @@ print("iterations:", config.num_iterations, "| environments/iteration:",
 RUN = """\
 import time
 
-from spade.train import loop
+from spade.selfplay import loop
 
 start = time.perf_counter()
 loop.train_and_evaluate(config, WORKDIR)
@@ -158,7 +158,7 @@ import math
 
 import matplotlib.pyplot as plt
 
-from spade.train import metrics as metrics_lib
+from spade.selfplay import metrics as metrics_lib
 
 rows = metrics_lib.read_metrics(WORKDIR)
 steps = [r["step"] for r in rows]

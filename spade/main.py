@@ -86,7 +86,7 @@ def main(argv: list[str]) -> None:
         process_id=_PROCESS_ID.value,
     )
   # Heavy imports only after the config is known to be good.
-  from spade.train import loop  # pylint: disable=g-import-not-at-top
+  from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
 
   logging.info("SPADE workdir %s", _WORKDIR.value)
   loop.train_and_evaluate(config, _WORKDIR.value)

@@ -8,7 +8,7 @@ head, so one gradient carries both. `make_sft_step` is the supervised
 (warm-start) variant.
 
 Batch layout, per role (`batch["designer"]`, `batch["agent"]`), as produced by
-`spade.train.batching.make_batch`; every array is aligned with `tokens`:
+`spade.selfplay.batching.make_batch`; every array is aligned with `tokens`:
 
   tokens        int32[B, L]
   positions     int32[B, L]   optional; derived from input_mask when absent
@@ -171,7 +171,7 @@ def _check_batch(batch: Batch, keys: tuple[str, ...], multiple: int) -> None:
     if missing:
       raise ValueError(
           f"batch[{role!r}] lacks {missing}; build it with"
-          " spade.train.batching.make_batch"
+          " spade.selfplay.batching.make_batch"
       )
     rows, length = sub["tokens"].shape
     if rows % multiple:

@@ -47,12 +47,12 @@ from spade.environments import library
 from spade.eval import runner as eval_runner
 from spade.regret import advantages as adv_lib
 from spade.regret import estimators
-from spade.train import batching
+from spade.selfplay import batching
 from spade.train import checkpoints
-from spade.train import curriculum as curriculum_lib
-from spade.train import engine as engine_lib
-from spade.train import metrics as metrics_lib
-from spade.train import multihost
+from spade.selfplay import curriculum as curriculum_lib
+from spade.selfplay import engine as engine_lib
+from spade.selfplay import metrics as metrics_lib
+from spade.selfplay import multihost
 
 PROGRAMS_DIR = "programs"
 

@@ -18,7 +18,7 @@ import ml_collections
 from spade import grounding
 from spade.memory import archive as archive_lib
 from spade.memory import dedup
-from spade.train import multihost
+from spade.selfplay import multihost
 
 
 class Curriculum:

@@ -35,8 +35,8 @@ from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sandbox import pool as pool_lib
-from spade.train import batching
-from spade.train import multihost
+from spade.selfplay import batching
+from spade.selfplay import multihost
 from spade.train import state as state_lib
 from spade.train import update as update_lib
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from spade.train import batching
+from spade.selfplay import batching
 
 
 def test_rows_are_padded_and_masked():

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from spade.train import metrics as metrics_lib
+from spade.selfplay import metrics as metrics_lib
 
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
