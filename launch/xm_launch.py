@@ -14,7 +14,8 @@ config before anything is launched, so a typo costs a second, not a pod.
 `--dry_run` prints the job(s) it would launch as ONE JSON object on the last
 line of stdout (image, command line, accelerator type and count, hosts) and
 contacts no cloud. It needs neither XManager nor JAX: only `ml_collections`
-and `spade.config` (to validate). A real launch imports XManager lazily and
+`spade.config` (to validate) and `spade.model.topology` (the slice table
+`spade.compile` uses too). A real launch imports XManager lazily and
 says `pip install -e .[launch]` when it is missing.
 
 Accelerator rules (Cloud TPU "supported configurations" pages):
@@ -53,42 +54,11 @@ from typing import Any, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Default slice shapes (AcceleratorConfig topologies) by chip count, from the
-# Cloud TPU configuration tables. Other shapes: pass --tpu_topology.
-_TOPOLOGY_3D = {
-    4: "2x2x1",
-    8: "2x2x2",
-    16: "2x2x4",
-    32: "2x4x4",
-    64: "4x4x4",
-    128: "4x4x8",
-    256: "4x8x8",
-    512: "8x8x8",
-    1024: "8x8x16",
-    2048: "8x16x16",
-    4096: "16x16x16",
-    6144: "16x16x24",
-}
-_TOPOLOGY_2D = {
-    1: "1x1",
-    4: "2x2",
-    8: "2x4",
-    16: "4x4",
-    32: "4x8",
-    64: "8x8",
-    128: "8x16",
-    256: "16x16",
-}
-
-# TPU generation -> (how N counts, chips per multi-host VM, topology table,
-# largest slice in chips, XManager resource name, jax extra).
-_TPU_KINDS = {
-    "v4": ("cores", 4, _TOPOLOGY_3D, 4096, "TPU_V4"),
-    "v5p": ("cores", 4, _TOPOLOGY_3D, 6144, "TPU_V5P"),
-    "v5e": ("chips", 4, _TOPOLOGY_2D, 256, "TPU_V5E"),
-    "v6e": ("chips", 4, _TOPOLOGY_2D, 256, "TPU_V6E"),
-}
-_TPU_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e"}
+# The TPU slice table is shared with `spade.compile`, so a config that
+# compiles for a topology name is the config that launches on it.
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+from spade.model import topology as topology_lib  # pylint: disable=wrong-import-position
 
 # GPU name on the command line -> (XManager resource, most GPUs on one VM).
 _GPU_KINDS = {
@@ -100,14 +70,6 @@ _GPU_KINDS = {
     "h100": ("H100", 8),
     "h200": ("H200", 8),
     "b200": ("B200", 8),
-}
-
-# GKE node label `cloud.google.com/gke-tpu-accelerator` per generation.
-_GKE_TPU = {
-    "v4": "tpu-v4-podslice",
-    "v5e": "tpu-v5-lite-podslice",
-    "v5p": "tpu-v5p-slice",
-    "v6e": "tpu-v6e-slice",
 }
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
@@ -157,63 +119,19 @@ def parse_tpu(spec: str, topology: str | None = None) -> Accelerator:
   Raises:
     LaunchError: unknown generation or a size Cloud TPU does not offer.
   """
-  match = re.fullmatch(r"([a-z0-9]+)-(\d+)", spec.strip().lower())
-  if not match:
-    raise LaunchError(
-        f"--tpu={spec!r} is not a TPU slice name; write e.g. v5p-32, v4-8, "
-        "v5e-16 or v6e-8"
-    )
-  gen, number = _TPU_ALIASES.get(match[1], match[1]), int(match[2])
-  if gen not in _TPU_KINDS:
-    raise LaunchError(
-        f"--tpu={spec!r}: unknown TPU generation {match[1]!r}; one of "
-        f"{sorted(_TPU_KINDS)}"
-    )
-  counts, per_vm, table, largest, resource = _TPU_KINDS[gen]
-  if counts == "cores":
-    if number % 8:
-      raise LaunchError(
-          f"--tpu={spec}: {gen}-N counts TensorCores (2 per chip, 4 chips per "
-          f"host), so N must be a multiple of 8, e.g. {gen}-8 or {gen}-32"
-      )
-    chips = number // 2
-    hosts, per_host = chips // per_vm, per_vm
-  else:
-    if number not in table:
-      raise LaunchError(
-          f"--tpu={spec}: {gen} slices have {sorted(table)} chips"
-      )
-    chips = number
-    # 1-, 4- and 8-chip slices are one VM; larger ones are 4-chip VMs.
-    hosts, per_host = (1, chips) if chips <= 8 else (chips // per_vm, per_vm)
-  if chips > largest:
-    raise LaunchError(
-        f"--tpu={spec}: the largest {gen} slice has {largest} chips"
-    )
-  if topology is None:
-    if chips not in table:
-      raise LaunchError(
-          f"--tpu={spec}: no default topology for {chips} chips; pass "
-          "--tpu_topology=AxBxC"
-      )
-    topology = table[chips]
-  else:
-    shape = re.fullmatch(r"(\d+(?:x\d+)+)(_(un)?twisted)?", topology)
-    dims = [int(d) for d in shape[1].split("x")] if shape else []
-    if not shape or _product(dims) != chips:
-      raise LaunchError(
-          f"--tpu_topology={topology!r} must be AxB or AxBxC with {chips} "
-          f"chips in all for {spec}"
-      )
+  try:
+    tpu = topology_lib.parse(spec, topology)
+  except topology_lib.TopologyError as e:
+    raise LaunchError(f"--tpu={spec}: {e}") from None
   return Accelerator(
       kind="tpu",
-      type=gen,
-      name=f"{gen}-{number}",
-      count=chips,
-      hosts=hosts,
-      per_host=per_host,
-      topology=topology,
-      xm_resource=resource,
+      type=tpu.generation,
+      name=tpu.name,
+      count=tpu.chips,
+      hosts=tpu.hosts,
+      per_host=tpu.per_host,
+      topology=tpu.topology,
+      xm_resource=tpu.spec.xm_resource,
   )
 
 
@@ -564,9 +482,11 @@ def gke_manifests(
                   "subdomain": name,
                   "restartPolicy": "Never",
                   "nodeSelector": {
-                      "cloud.google.com/gke-tpu-accelerator": _GKE_TPU[
-                          accel["type"]
-                      ],
+                      "cloud.google.com/gke-tpu-accelerator": (
+                          topology_lib.GENERATIONS[
+                              accel["type"]
+                          ].gke_accelerator
+                      ),
                       "cloud.google.com/gke-tpu-topology": (
                           accel["topology"].split("_")[0]
                       ),
