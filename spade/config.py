@@ -117,9 +117,32 @@ def base_config() -> ConfigDict:
   c.designer.max_new_tokens = 256
   c.designer.temperature = 1.0
   c.designer.hint_temperature = 0.3
-  c.designer.hint_max_new_tokens = 64
+  # The reference's hint pass writes up to 4096 tokens (the games recipe's
+  # --spade-hint-max-tokens); small configs lower it.
+  c.designer.hint_max_new_tokens = 4096
+  # "writer": hints written in a separate pass from the code under rules
+  # against leaking the answer (the reference); "program": the program's own
+  # hint(), which the designer prompt then asks for (ours).
+  c.designer.hint_source = "writer"
   c.designer.max_prompt_tokens = 512
   c.designer.use_seed_programs = True  # tiny: fall back to seed programs
+  # Prompt family (spade.designer.prompts.FAMILIES); a grounding document
+  # turns a game family into "corpus_game", as the reference's corpus
+  # orchestrator does. The games recipe's: multi-turn games.
+  c.designer.prompt_family = "multi_turn_game"
+  # Skills prompts are conditioned on, cycled per prompt; the games recipe's
+  # six, `skills_per_regen` of them active per regeneration epoch.
+  c.designer.skills = (
+      "Mathematical Reasoning",
+      "Logical Deduction",
+      "Spatial Reasoning",
+      "Pattern Recognition",
+      "Optimization",
+      "Causal Inference",
+  )
+  c.designer.tool_use_skills = ("API Orchestration", "Data Retrieval")
+  c.designer.skills_per_regen = 3
+  c.designer.difficulties = ("medium",)  # each of "easy", "medium", "hard"
 
   c.agent = ConfigDict()
   c.agent.episodes_per_env = 2  # K, with and K without hint
@@ -245,6 +268,14 @@ _CHOICES = {
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),
     "regret.estimator": ("hint", "max", "learnability", "lcb", "reference"),
+    "designer.prompt_family": (
+        "single_turn_game",
+        "multi_turn_game",
+        "corpus_game",
+        "tool_use",
+        "tool_use_multi_turn",
+    ),
+    "designer.hint_source": ("writer", "program"),
     "train.mode": ("spade", "fixed_pool"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
 }

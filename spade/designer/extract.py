@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+_JSON_FENCE = re.compile(r"```json\s*\n?(.*?)\n?```", re.DOTALL)
+_HINT_LABEL = re.compile(r"^\**hint\**\s*:\s*\**\s*", re.IGNORECASE)
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
@@ -34,7 +37,31 @@ def extract_code(sample: str) -> str:
 
 
 def clean_hint(sample: str, limit: int = 600) -> str:
-  """Normalises a model-written hint: first paragraph, bounded length."""
-  text = sample.strip().strip("`").strip()
+  """Normalises a model-written hint.
+
+  The reference's parse (`hint_generator._parse_hint`): a hint wrapped in a
+  ```json block as {"hint": ...} despite the instructions is unwrapped; then,
+  ours, a leading "Hint:" label and fences are dropped and only the first
+  paragraph is kept, bounded in length (the prompt asks for 1-3 sentences;
+  a longer reply is usually the hint followed by commentary).
+
+  Args:
+    sample: the decoded hint completion.
+    limit: the longest hint kept, in characters.
+
+  Returns:
+    The hint text (possibly empty).
+  """
+  text = sample.strip()
+  match = _JSON_FENCE.search(text)
+  if match:
+    try:
+      data = json.loads(match.group(1).strip())
+    except json.JSONDecodeError:
+      data = None
+    if isinstance(data, dict) and isinstance(data.get("hint"), str):
+      text = data["hint"].strip()
+  text = text.strip("`").strip()
+  text = _HINT_LABEL.sub("", text).strip()
   text = text.split("\n\n")[0].strip()
   return text[:limit]

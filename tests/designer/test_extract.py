@@ -28,6 +28,13 @@ def test_clean_hint_keeps_first_paragraph():
   assert len(extract.clean_hint("x" * 5000)) == 600
 
 
+def test_clean_hint_unwraps_json_and_label():
+  sample = '```json\n{"hint": "Halve the interval each turn."}\n```'
+  assert extract.clean_hint(sample) == "Halve the interval each turn."
+  assert extract.clean_hint("**Hint:** Count the 3s.") == "Count the 3s."
+  assert extract.clean_hint("Hints are rare.") == "Hints are rare."
+
+
 def test_designer_messages_carry_document_examples_and_contract():
   class Doc:
     title = "heapq"
@@ -47,6 +54,9 @@ def test_designer_messages_carry_document_examples_and_contract():
   user = messages[1]["content"]
   assert messages[0]["role"] == "system"
   assert "Heap queue algorithm." in user
-  assert "regret=0.25" in user and "class OldEnv" in user
-  assert "REJECTED (reset): reset broke" in user
-  assert "hint(self)" in user and "solution(self)" in user
+  assert "<REFERENCE_ENVIRONMENTS>" in user
+  assert "win_rate: 0.50, regret: 0.25" in user and "class OldEnv" in user
+  assert "rejected by validation (reset: reset broke): class BadEnv" in user
+  assert "def step(self, action" in user and "def solution(self)" in user
+  # The request comes last, after the memory block.
+  assert user.rstrip().endswith("```python block.")

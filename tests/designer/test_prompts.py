@@ -1,0 +1,229 @@
+"""Designer prompt families, their example programs, repairs and hints."""
+
+import re
+
+from ml_collections import ConfigDict
+import pytest
+
+from spade import config as config_lib
+from spade.designer import examples
+from spade.designer import extract
+from spade.designer import prompts
+
+
+class _Doc:
+  title = "bisect"
+  text = "Binary search halves a sorted interval at every comparison."
+
+
+@pytest.mark.parametrize("family", prompts.FAMILIES)
+def test_every_family_renders_with_skill_difficulty_and_example(family):
+  skill = prompts.skills_for(family)[-1]
+  messages = prompts.designer_messages(
+      None, family=family, skill=skill, difficulty="hard", seed=3
+  )
+  system, user = messages[0]["content"], messages[1]["content"]
+  assert [m["role"] for m in messages] == ["system", "user"]
+  assert skill in user
+  assert "DIFFICULTY: hard" in user
+  # No placeholder is left unfilled.
+  assert not re.search(r"__[A-Z_]+__", user), re.findall(r"__[A-Z_]+__", user)
+  # The complete example is shown, and it is what a reply is parsed to.
+  assert examples.BY_FAMILY[family].strip() in user
+  assert "Python code in a ```python block." in user[-400:]
+  if family in prompts.TOOL_FAMILIES:
+    assert "ToolUseBaseEnv" in user and "tool-calling" in system
+  else:
+    assert "\\boxed{" in user and "game designer" in system
+
+
+def test_difficulty_changes_the_tool_use_prompt_and_corpus_steps():
+  easy = prompts.designer_messages(None, family="tool_use", difficulty="easy")
+  hard = prompts.designer_messages(None, family="tool_use", difficulty="hard")
+  assert "1-2 tool calls needed" in easy[1]["content"]
+  assert "4+ tool calls with dependencies" in hard[1]["content"]
+  easy = prompts.designer_messages(_Doc(), difficulty="easy")[1]["content"]
+  hard = prompts.designer_messages(_Doc(), difficulty="hard")[1]["content"]
+  assert "need 2+ interaction steps" in easy
+  assert "need 3+ interaction steps" in hard
+
+
+def test_document_grounds_games_as_corpus_and_flavours_tool_use():
+  for family in prompts.GAME_FAMILIES:
+    user = prompts.designer_messages(_Doc(), family=family)[1]["content"]
+    assert "<REFERENCE_DOCUMENT>\n" + _Doc.text in user
+    assert "INTERACTIVE, MULTI-TURN Python game" in user
+  user = prompts.designer_messages(_Doc(), family="tool_use")[1]["content"]
+  assert "in the DOMAIN described by this document" in user
+  assert _Doc.text in user
+  user = prompts.designer_messages(_Doc(), family="tool_use_multi_turn")
+  assert "<REFERENCE_SNIPPET>\n" + _Doc.text in user[1]["content"]
+  # Without a document nothing refers to one.
+  user = prompts.designer_messages(None)[1]["content"]
+  assert "REFERENCE_DOCUMENT" not in user
+
+
+def test_seed_picks_concept_ideas_deterministically():
+  a = prompts.designer_messages(None, family="tool_use_multi_turn", seed=1)
+  b = prompts.designer_messages(None, family="tool_use_multi_turn", seed=1)
+  assert a == b
+  texts = {
+      prompts.designer_messages(None, family="tool_use_multi_turn", seed=s)[1][
+          "content"
+      ]
+      for s in range(8)
+  }
+  assert len(texts) > 1
+
+
+def test_multi_turn_game_turn_budget():
+  user = prompts.designer_messages(None, max_turns=8)[1]["content"]
+  assert "at most 8 turns" in user and "roughly 4–6 turns" in user
+
+
+def test_program_hint_is_asked_only_when_chosen():
+  assert "hint(self)" not in prompts.designer_messages(None)[1]["content"]
+  user = prompts.designer_messages(None, program_hint=True)[1]["content"]
+  assert "hint(self) -> str" in user
+
+
+def test_unknown_family_skill_or_difficulty_is_refused():
+  with pytest.raises(ValueError, match="family"):
+    prompts.designer_messages(None, family="poetry")
+  with pytest.raises(ValueError, match="skill"):
+    prompts.designer_messages(None, family="tool_use", skill="Optimization")
+  with pytest.raises(ValueError, match="difficulty"):
+    prompts.designer_messages(None, difficulty="brutal")
+
+
+def test_parent_is_shown_for_mutation():
+  class Parent:
+    code = "class ParentEnv:\n    pass"
+    stats = {"regret": 0.5}
+    verdict = {"valid": True}
+
+  user = prompts.designer_messages(None, parent=Parent())[1]["content"]
+  assert "harder variant" in user and "class ParentEnv" in user
+
+
+def test_pick_prompt_follows_the_reference_rotation():
+  c = config_lib.base_config().designer
+  assert c.prompt_family == "multi_turn_game"
+  assert tuple(c.skills) == prompts.REFERENCE_SKILLS
+  assert tuple(c.difficulties) == ("medium",)
+  picks = [
+      prompts.pick_prompt(c, iteration=0, index=i, seed=7) for i in range(4)
+  ]
+  # Three active skills in epoch 0, cycled over the prompts.
+  assert [p.skill for p in picks] == [
+      "Mathematical Reasoning",
+      "Logical Deduction",
+      "Spatial Reasoning",
+      "Mathematical Reasoning",
+  ]
+  assert {p.difficulty for p in picks} == {"medium"}
+  assert picks == [
+      prompts.pick_prompt(c, iteration=0, index=i, seed=7) for i in range(4)
+  ]
+  # The window moves once per regeneration epoch.
+  later = prompts.pick_prompt(c, iteration=4, index=0, seed=7, regen_interval=4)
+  assert later.skill == "Pattern Recognition"
+  same = prompts.pick_prompt(c, iteration=3, index=0, seed=7, regen_interval=4)
+  assert same.skill == "Mathematical Reasoning"
+  # The pick feeds designer_messages directly.
+  spec = picks[1]
+  user = prompts.designer_messages(
+      None,
+      family=spec.family,
+      skill=spec.skill,
+      difficulty=spec.difficulty,
+      seed=spec.seed,
+  )[1]["content"]
+  assert "tests: Logical Deduction" in user
+
+
+def test_pick_prompt_draws_difficulties_and_tool_skills():
+  c = ConfigDict(
+      dict(
+          prompt_family="tool_use",
+          skills=prompts.REFERENCE_SKILLS,
+          tool_use_skills=("Error Recovery", "Tool Selection"),
+          skills_per_regen=0,
+          difficulties=("easy", "hard"),
+      )
+  )
+  picks = [
+      prompts.pick_prompt(c, iteration=2, index=i, seed=0) for i in range(16)
+  ]
+  assert {p.skill for p in picks} == {"Error Recovery", "Tool Selection"}
+  assert {p.difficulty for p in picks} == {"easy", "hard"}
+  c.tool_use_skills = ("Optimization",)
+  with pytest.raises(ValueError, match="not skills"):
+    prompts.pick_prompt(c, iteration=0, index=0, seed=0)
+
+
+def test_config_validates_designer_choices():
+  c = config_lib.base_config()
+  assert c.designer.hint_source == "writer"
+  assert c.designer.hint_max_new_tokens == 4096
+  c.designer.prompt_family = "poetry"
+  with pytest.raises(config_lib.ConfigError, match="prompt_family"):
+    config_lib.validate(c)
+
+
+def test_repair_messages_carry_the_code_and_the_error():
+  history = prompts.designer_messages(None)
+  code = "class BrokenEnv:\n    def reset(self, seed=None):\n        return 1\n"
+  error = "reset: reset() must return (str, dict), got int"
+  messages = prompts.repair_messages(code, error, history)
+  assert messages[: len(history)] == history
+  assert messages[-2] == {
+      "role": "assistant",
+      "content": "```python\n" + code.rstrip() + "\n```",
+  }
+  assert messages[-1]["role"] == "user"
+  assert error in messages[-1]["content"]
+  assert "COMPLETE, corrected version" in messages[-1]["content"]
+  alone = prompts.repair_messages(code, error)
+  assert [m["role"] for m in alone] == ["system", "user"]
+  assert "class BrokenEnv" in alone[1]["content"]
+  assert error in alone[1]["content"]
+
+
+def test_hint_messages_carry_anti_leak_rules_and_the_code():
+  game = examples.MULTI_TURN_GAME
+  messages = prompts.hint_messages(game)
+  assert "Do NOT reveal the exact answer" in messages[0]["content"]
+  assert "Output ONLY the hint text" in messages[0]["content"]
+  assert game in messages[1]["content"]
+  tool = examples.TOOL_USE_MULTI_TURN
+  messages = prompts.hint_messages(tool)
+  system = messages[0]["content"]
+  assert "NEVER write concrete data values" in system
+  assert "Do NOT emit a complete, copy-pasteable" in system
+  assert tool in messages[1]["content"]
+  assert prompts.hint_messages(game, tool_use=True)[0]["content"] == system
+  short = prompts.hint_messages(game, max_code_chars=100)[1]["content"]
+  assert game[:100] in short and game[:101] not in short
+
+
+def test_example_programs_validate_in_the_sandbox():
+  from spade.sandbox import pool as pool_lib  # pylint: disable=g-import-not-at-top
+
+  codes = [examples.BY_FAMILY[f] for f in prompts.FAMILIES]
+  # Each example must be exactly what the designer's reply is parsed into.
+  for f, code in zip(prompts.FAMILIES, codes):
+    user = prompts.designer_messages(None, family=f)[1]["content"]
+    block = user[user.index(code.strip()) - len("```python\n") :]
+    assert extract.extract_code(block).strip() == code.strip()
+  sandbox = config_lib.base_config().sandbox
+  sandbox.num_sandboxes = 1
+  sandbox.warm_spare = False
+  # A loaded machine can slow the first math_verify call of the single-turn
+  # example past the default per-call budget; validity is what is checked.
+  if "call_timeout_s" in sandbox:
+    sandbox.call_timeout_s = 5.0
+  with pool_lib.SandboxPool.from_config(sandbox) as pool:
+    verdicts = pool.validate(codes)
+  for family, verdict in zip(prompts.FAMILIES, verdicts):
+    assert verdict["valid"], (family, verdict.get("reason"), verdict)
