@@ -128,6 +128,8 @@ class _Sandbox:
     self.wfd = -1
     self.buf = bytearray()
     self.envs: set[int] = set()  # worker env ids living here
+    self.env_source: dict[int, str] = {}  # worker env id -> its program
+    self.sources: dict[str, int] = {}  # program -> live episodes here
     self.children = 0
     self.started_at = time.monotonic()
     self.retired = False
@@ -327,6 +329,7 @@ class SandboxPool:
       num_sandboxes: int = 2,
       *,
       step_timeout_s: float = 5.0,
+      call_timeout_s: float = 0.5,
       validate_timeout_s: float = 30.0,
       memory_mb: int = 1024,
       host_grace_s: float = 5.0,
@@ -343,6 +346,8 @@ class SandboxPool:
       max_parallel: int = 16,
       spare_envs: int = 4,
       result_cap_bytes: int = 1 << 20,
+      call_output_cap_bytes: int = 256 << 10,
+      timeout_strikes: int = 2,
       output_cap_bytes: int = 64 << 10,
       runsc_path: str | None = None,
       platform: str = "ptrace",
@@ -354,7 +359,12 @@ class SandboxPool:
       backend: "gvisor" (default), "bwrap" (weaker: shares the host kernel) or
         "none" (no isolation; trusted code only).
       num_sandboxes: sandboxes serving environments at once.
-      step_timeout_s: deadline of one create/reset/step/call/close.
+      step_timeout_s: deadline of loading one program (its module-level
+        code), and the basis of the host's deadline on a request.
+      call_timeout_s: budget of one program call (`__init__`, `reset`,
+        `step`, a method): a call past it ends its episode with reason
+        "call_timeout"; one that ignores the timer is killed with its
+        program's process (that program's episodes end, no other's).
       validate_timeout_s: deadline of one validation.
       memory_mb: address-space limit of each environment process.
       host_grace_s: margin after a worker deadline before the host gives up
@@ -374,7 +384,12 @@ class SandboxPool:
       max_parallel: children one worker runs at once within a request.
       spare_envs: environment processes each worker keeps forked ahead
         (between requests), so `create` does not wait for a fork.
-      result_cap_bytes: largest result of one call.
+      result_cap_bytes: largest verdict of one validation.
+      call_output_cap_bytes: largest result of one program call (JSON);
+        a larger one ends its episode with reason "output_too_large".
+      timeout_strikes: call timeouts after which every further call of that
+        program's process fails at once (a program whose calls keep timing
+        out costs a batch at most this many budgets).
       output_cap_bytes: stdout/stderr kept from `run_code`.
       runsc_path: the runsc binary (default: found on PATH).
       platform: gVisor platform ("ptrace"; "kvm" hangs on some hosts).
@@ -391,6 +406,11 @@ class SandboxPool:
     self.backend = backend
     self.num_sandboxes = num_sandboxes
     self.step_timeout_s = float(step_timeout_s)
+    if call_timeout_s <= 0:
+      raise SandboxError("config", "call_timeout_s must be > 0")
+    self.call_timeout_s = float(call_timeout_s)
+    self.call_output_cap = int(call_output_cap_bytes)
+    self.timeout_strikes = int(timeout_strikes)
     self.validate_timeout_s = float(validate_timeout_s)
     self.memory_mb = int(memory_mb)
     self.host_grace_s = float(host_grace_s)
@@ -484,6 +504,8 @@ class SandboxPool:
         "nproc",
         "max_parallel",
         "spare_envs",
+        "call_timeout_s",
+        "call_output_cap_bytes",
     )
     for key in optional:
       if key in c:
@@ -534,6 +556,9 @@ class SandboxPool:
         f"--max-parallel={self.max_parallel}",
         f"--spare-envs={self.spare_envs}",
         f"--step-timeout-s={self.step_timeout_s}",
+        f"--call-timeout-s={self.call_timeout_s}",
+        f"--call-output-cap-bytes={self.call_output_cap}",
+        f"--timeout-strikes={self.timeout_strikes}",
         f"--validate-timeout-s={self.validate_timeout_s}",
     ]
     return args
@@ -732,9 +757,36 @@ class SandboxPool:
       return {"ok": False, "reason": e.reason, "message": e.message}
     return {"ok": False, "reason": "sandbox_lost", "message": "sandbox lost"}
 
-  def _pick(self) -> _Sandbox:
-    """The sandbox with the fewest live environments."""
-    return min(self._sandboxes, key=lambda s: (len(s.envs), s.index))
+  def _pick(
+      self, source: str, load: dict[_Sandbox, int] | None = None
+  ) -> _Sandbox:
+    """The sandbox for a new episode of `source`.
+
+    The one already running that program (its episodes share one process
+    there), else the one with the fewest live episodes.
+    """
+    for sb in self._sandboxes:
+      if sb.sources.get(source):
+        return sb
+    return min(
+        self._sandboxes,
+        key=lambda s: (load[s] if load else len(s.envs), s.index),
+    )
+
+  @staticmethod
+  def _add_env(sb: _Sandbox, env: int, source: str) -> None:
+    sb.envs.add(env)
+    sb.env_source[env] = source
+    sb.sources[source] = sb.sources.get(source, 0) + 1
+
+  @staticmethod
+  def _drop_env(sb: _Sandbox, env: int) -> None:
+    sb.envs.discard(env)
+    source = sb.env_source.pop(env, None)
+    if source is not None:
+      sb.sources[source] -= 1
+      if not sb.sources[source]:
+        del sb.sources[source]
 
   def _one(self, sb: _Sandbox, item: dict, timeout_s: float) -> dict:
     value = self._request({sb: [item]}, timeout_s)[sb]
@@ -773,6 +825,10 @@ class SandboxPool:
         options.setdefault(
             "time_budget_s", max(1.0, 0.8 * self.validate_timeout_s)
         )
+      if _validator_accepts("call_timeout_s"):
+        # The same per-call budget as in play: a program that would stall a
+        # rollout is invalid.
+        options.setdefault("call_timeout_s", self.call_timeout_s)
       verdicts: list[dict | None] = [None] * len(sources)
       per: dict[_Sandbox, list[dict]] = {}
       where: dict[_Sandbox, list[int]] = {}
@@ -832,7 +888,7 @@ class SandboxPool:
     """
     with self._lock:
       self._check_open()
-      sb = self._pick()
+      sb = self._pick(source)
       result = self._one(
           sb,
           {"op": "create", "source": source, "kwargs": kwargs or {}},
@@ -849,7 +905,7 @@ class SandboxPool:
         )
       handle = next(self._next_handle)
       self._handles[handle] = (sb, result["env"])
-      sb.envs.add(result["env"])
+      self._add_env(sb, result["env"], source)
       self._retire_if_worn(sb)
       return handle
 
@@ -872,8 +928,10 @@ class SandboxPool:
       per: dict[_Sandbox, list[dict]] = {}
       where: dict[_Sandbox, list[int]] = {}
       load = {sb: len(sb.envs) for sb in self._sandboxes}
+      home: dict[str, _Sandbox] = {}  # a program's episodes stay together
       for i, item in enumerate(items):
-        sb = min(self._sandboxes, key=lambda s: (load[s], s.index))
+        sb = home.get(item["source"]) or self._pick(item["source"], load)
+        home[item["source"]] = sb
         load[sb] += 1
         per.setdefault(sb, []).append(
             {
@@ -887,9 +945,17 @@ class SandboxPool:
             }
         )
         where.setdefault(sb, []).append(i)
-      deepest = max((len(v) for v in per.values()), default=1)
-      rounds = -(-deepest // self.max_parallel)
-      answers = self._request(per, self.step_timeout_s * rounds)
+      # Loading each program, then each episode's init, reset and calls.
+      timeout = 0.0
+      for sb_items in per.values():
+        programs = len({it["source"] for it in sb_items})
+        calls = max(len(it["open"]["calls"]) for it in sb_items)
+        timeout = max(
+            timeout,
+            self.step_timeout_s * (1 + -(-programs // self.max_parallel))
+            + len(sb_items) * (2 + calls) * self.call_timeout_s,
+        )
+      answers = self._request(per, timeout)
       for sb, value in answers.items():
         if sb in self._sandboxes or sb in self._retired:
           sb.children += len(where[sb])
@@ -913,7 +979,7 @@ class SandboxPool:
           else:
             handle = next(self._next_handle)
             self._handles[handle] = (sb, r["env"])
-            sb.envs.add(r["env"])
+            self._add_env(sb, r["env"], items[i]["source"])
             results[i] = {
                 "ok": True,
                 "handle": handle,
@@ -962,10 +1028,7 @@ class SandboxPool:
             {"op": "step", "env": env, "action": str(action)}
         )
         where.setdefault(sb, []).append(i)
-      # Steps of one environment run in order: a batch can take that long.
-      depth = max((len(v) for v in per.values()), default=1)
-      answers = self._request(per, self.step_timeout_s * depth)
-      for sb, value in answers.items():
+      for sb, value in self._request_calls(per).items():
         for k, i in enumerate(where[sb]):
           if isinstance(value, str):
             results[i] = {
@@ -976,6 +1039,56 @@ class SandboxPool:
           else:
             results[i] = _clean_step(value[k])
       return results  # type: ignore[return-value]
+
+  def call_many(self, items: list[tuple[int, str, list | tuple]]) -> list[dict]:
+    """Calls public methods of many environments: one request per sandbox.
+
+    Each item is (handle, method, args), e.g. (h, "execute_tool", [name,
+    arguments]). Returns, in order, {"ok": True, "value"} or {"ok": False,
+    "reason", "message"}; a failure of one call never affects the others.
+    """
+    with self._lock:
+      self._check_open()
+      results: list[dict | None] = [None] * len(items)
+      per: dict[_Sandbox, list[dict]] = {}
+      where: dict[_Sandbox, list[int]] = {}
+      for i, (handle, method, args) in enumerate(items):
+        if handle not in self._handles:
+          results[i] = self._lost_result(handle)
+          continue
+        sb, env = self._handles[handle]
+        per.setdefault(sb, []).append(
+            {"op": "call", "env": env, "method": method, "args": list(args)}
+        )
+        where.setdefault(sb, []).append(i)
+      for sb, value in self._request_calls(per).items():
+        for k, i in enumerate(where[sb]):
+          r = value if isinstance(value, str) else value[k]
+          if isinstance(r, str):
+            results[i] = {
+                "ok": False,
+                "reason": "sandbox_lost",
+                "message": f"the sandbox was replaced: {r}",
+            }
+          elif not isinstance(r, dict) or not r.get("ok"):
+            r = r if isinstance(r, dict) else {}
+            results[i] = {
+                "ok": False,
+                "reason": str(r.get("reason", "bad_result")),
+                "message": str(r.get("message", "malformed result")),
+            }
+          else:
+            results[i] = {"ok": True, "value": r.get("value")}
+      return results  # type: ignore[return-value]
+
+  def _request_calls(
+      self, per: dict[_Sandbox, list[dict]]
+  ) -> dict[_Sandbox, list[dict] | str]:
+    """Sends batches of calls on existing episodes; collects the answers."""
+    # The calls on one program run in order in its process, each within
+    # call_timeout_s: a batch can take that long.
+    depth = max((len(v) for v in per.values()), default=1)
+    return self._request(per, self.step_timeout_s + depth * self.call_timeout_s)
 
   def call(self, handle: int, method: str, *args) -> Any:
     """Calls a public method of the environment (e.g. "hint", "solution")."""
@@ -1003,7 +1116,7 @@ class SandboxPool:
         return
       sb, env = self._handles.pop(handle)
       self._one(sb, {"op": "close", "env": env}, self.step_timeout_s)
-      sb.envs.discard(env)
+      self._drop_env(sb, env)
       if sb.retired and not sb.envs and sb in self._retired:
         self._replace(sb, "recycled")
 
@@ -1016,7 +1129,7 @@ class SandboxPool:
     """
     with self._lock:
       self._check_open()
-      sb = self._pick()
+      sb = min(self._sandboxes, key=lambda s: (len(s.envs), s.index))
       r = self._one(
           sb,
           {"op": "run_code", "source": source, "timeout_s": timeout_s},

@@ -12,27 +12,32 @@ nothing else can write on the channel):
 
 Ops: `create` (source, kwargs; optional open = {seed, calls}: reset and call
 those methods too, in the same round trip) -> {"ok", "env"[, "obs", "info",
-"calls"]}; `reset` (env, seed);
-`step` (env, action); `call` (env, method, args); `close` (env); `validate`
-(source, options) -> the validator's verdict; `run_code` (source, timeout_s);
-`stats`. Items of one request run concurrently, except that items on the same
-environment run in order.
+"calls"]}; `reset` (env, seed); `step` (env, action); `call` (env, method,
+args); `close` (env); `validate` (source, options) -> the validator's
+verdict; `run_code` (source, timeout_s); `stats`.
 
-Every environment (and every validation or program run) is a forked child
-under its own uid (never reused within this worker), in its own session, with
-rlimits (address space, processes, file size, open files, no core), all
-inherited descriptors closed but its own pipe pair, stdout/stderr on
-/dev/null, and a private 0700 directory as cwd/HOME/TMPDIR. The worker enforces
-each call's deadline by killing every process of the environment's uid, and
-the host enforces a later deadline on the worker by replacing the sandbox.
-Worker <-> child messages are a 4-byte length and JSON; results over
-`--max-result-bytes` are refused.
+Every program is a forked child under its own uid (never reused within this
+worker), in its own session, with rlimits (address space, processes, file
+size, open files, no core), all inherited descriptors closed but its own
+pipe pair, stdout/stderr on /dev/null, and a private 0700 directory as
+cwd/HOME/TMPDIR. The program is loaded once in its child and each episode
+(`env` id) is one instance of its class there (see `_Program`), so a
+program's episodes cost one process, and different programs never share
+one. The items of one request on one program travel to its child as one
+batch, run there in order; different programs, validations and program runs
+proceed at once. Each program call has a budget (`--call-timeout-s`): a
+call past it, or returning more than `--call-output-cap-bytes`, ends that
+episode; a call that does not yield to the child's timer has its whole
+process killed (its program's episodes end, no other's). Validations and
+program runs get a fresh child each, killed at their deadline; the host
+enforces a later deadline on the worker by replacing the sandbox. Worker <->
+child messages are a 4-byte length and JSON.
 
 Forking is the slow part of `create` under gVisor's ptrace platform (~80-120
 ms, against a few ms to load a program), so with `--spare-envs=N` the worker
-keeps N environment children forked ahead, made exactly as `create` would
-make them, forking one at a time only while no request is waiting; `create`
-hands its program to one of them.
+keeps N program children forked ahead, made exactly as `create` would make
+them, forking one at a time only while no request is waiting; the first
+episode of a program hands it to one of them.
 """
 
 import argparse
@@ -41,7 +46,9 @@ import fcntl
 import gc
 import json
 import math
+import mmap
 import os
+import random
 import resource
 import select
 import shutil
@@ -249,6 +256,8 @@ def _jsonable(x, depth=0):
 def _reset(env, seed):
   """env.reset(seed=seed), checked: {"obs", "info"}."""
   out = env.reset(seed=seed)
+  if isinstance(out, str):  # a bare observation, as the reference accepts
+    out = (out, {})
   if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
     raise TypeError(
         "reset() must return (observation: str, info: dict), got"
@@ -264,104 +273,353 @@ def _call(env, name, args):
   return _jsonable(getattr(env, name)(*args))
 
 
-def _env_server(rfd, wfd, limit):
-  """Child: loads one program and serves reset/step/call until close."""
-  env = None
-  while True:
-    msg = _recv(rfd)
-    if msg is None:
-      os._exit(0)
-    op = msg.get("op")
-    seq = msg.get("seq")
-    try:
-      if op == "create":
-        from spade.environments import runtime  # pylint: disable=g-import-not-at-top
+class _CallTimeout(BaseException):
+  """Raised inside program code by the per-call timer (not an Exception, so
+  a program's `except Exception` does not swallow it)."""
 
-        try:
-          cls = runtime.load_program(
-              msg["source"], msg.get("filename", "<env>")
-          )
-        except runtime.ProgramError as e:
-          _send(
-              wfd,
-              {"ok": False, "reason": e.reason, "message": e.message},
-              limit,
-              seq,
-          )
-          continue
-        env = cls(**(msg.get("kwargs") or {}))
-        reply = {
-            "ok": True,
-            "class_name": cls.__name__,
-            "description": (cls.__doc__ or "").strip()[:4000],
-        }
-        opening = msg.get("open")
-        if opening is not None:
-          # create + reset + calls in one round trip (`SandboxPool.open_many`).
-          reply.update(_reset(env, opening.get("seed")))
-          reply["calls"] = {}
-          for name in opening.get("calls") or []:
-            try:
-              reply["calls"][name] = {"ok": True, "value": _call(env, name, [])}
-            except Exception as e:  # pylint: disable=broad-except
-              reply["calls"][name] = _error(e)
-        _send(wfd, reply, limit, seq)
-      elif env is None:
-        _send(
-            wfd,
-            {"ok": False, "reason": "no_env", "message": "not created"},
-            limit,
-            seq,
-        )
-      elif op == "reset":
-        _send(wfd, {"ok": True, **_reset(env, msg.get("seed"))}, limit, seq)
-      elif op == "step":
-        out = env.step(msg["action"])
-        if not (isinstance(out, tuple) and len(out) == 5):
-          raise TypeError(
-              "step() must return (obs, reward, terminated, truncated, info),"
-              f" got {type(out).__name__}"
-          )
-        obs, reward, term, trunc, info = out
-        if not isinstance(obs, str):
-          raise TypeError(
-              f"step() observation must be str, got {type(obs).__name__}"
-          )
-        reward = float(reward)
-        if not math.isfinite(reward):
-          raise ValueError(f"step() reward {reward} is not finite")
-        _send(
-            wfd,
-            {
-                "ok": True,
-                "obs": obs,
-                "reward": reward,
-                "terminated": bool(term),
-                "truncated": bool(trunc),
-                "info": _jsonable(info or {}),
-            },
-            limit,
-            seq,
-        )
-      elif op == "call":
-        value = _call(env, msg["method"], msg.get("args", []))
-        _send(wfd, {"ok": True, "value": value}, limit, seq)
-      elif op == "close":
-        if hasattr(env, "close"):
-          env.close()
-        _send(wfd, {"ok": True}, limit, seq)
-        os._exit(0)
-      else:
-        _send(
-            wfd,
-            {"ok": False, "reason": "bad_op", "message": str(op)},
-            limit,
-            seq,
-        )
+
+# The deadline of the program call running now (time.monotonic()), or None
+# between calls. The timer ticks all through a batch; its handler raises only
+# inside a call that is past its deadline, and keeps raising each tick for a
+# program that catches the first one.
+_CALL_DEADLINE = [None]
+
+
+def _on_tick(signum, frame):  # pylint: disable=unused-argument
+  deadline = _CALL_DEADLINE[0]
+  if deadline is not None and time.monotonic() > deadline:
+    raise _CallTimeout()
+
+
+_BEAT = struct.Struct("<IId")  # sequence, batch item index, budget (s)
+
+
+class _Program:
+  """Child: one program, loaded once, one instance of its class per episode.
+
+  Serves batches ({"items": [...]}) from the worker, one framed reply each.
+  Every program call (the class's `__init__`, `reset`, `step`, a method)
+  has its own budget; before each one the child writes (sequence, item,
+  budget) to a page it shares with the worker, which kills the process when
+  a call outlives its budget by a grace margin (a C-level loop ignores the
+  timer). A call past its budget, or with an oversized result, ends that
+  episode only; after `strikes` timeouts in one batch the batch's further
+  calls fail at once (and end their episodes), so a program whose calls
+  keep timing out costs a batch at most that many budgets.
+
+  Episodes of one program share the process, so each instance gets its own
+  state of the global `random` and `numpy.random` generators (swapped in
+  around its calls): an episode that seeds the global generator sees the
+  same numbers as when it ran alone.
+  """
+
+  def __init__(self, rfd, wfd, beat, opts):
+    self.rfd = rfd
+    self.wfd = wfd
+    self.beat_page = beat
+    self.beat_seq = 0
+    self.call_s = opts.call_timeout_s
+    self.load_s = opts.step_timeout_s
+    self.cap = opts.call_output_cap_bytes
+    self.strikes_allowed = opts.timeout_strikes
+    self.cls = None
+    self.load_error = None
+    self.insts = {}  # instance id -> object
+    self.rng = {}  # instance id -> saved generator states
+    self.ended = {}  # instance id -> (reason, message)
+    self.strikes = 0
+    self.current = None  # whose generator states are live now
+    self.pristine = self._rng_state()
+    self.tick = max(0.005, min(0.05, self.call_s / 5))
+
+  # --- generator states ---
+
+  def _rng_state(self):
+    np_random = getattr(sys.modules.get("numpy"), "random", None)
+    return (
+        random.getstate(),
+        np_random.get_state() if np_random is not None else None,
+    )
+
+  def _switch_to(self, inst):
+    if self.current == inst:
+      return
+    if self.current in self.rng:
+      self.rng[self.current] = self._rng_state()
+    state = self.rng.get(inst)
+    if state is not None:
+      random.setstate(state[0])
+      if state[1] is not None:
+        sys.modules["numpy"].random.set_state(state[1])
+    self.current = inst
+
+  # --- calls ---
+
+  def _beat(self, index, budget):
+    self.beat_seq = (self.beat_seq + 1) & 0xFFFFFFFF
+    _BEAT.pack_into(self.beat_page, 0, self.beat_seq, index, budget)
+
+  def _end(self, inst, reason, message):
+    """Ends an episode: its instance is dropped, its later calls refused."""
+    self.insts.pop(inst, None)
+    self.rng.pop(inst, None)
+    if self.current == inst:
+      self.current = None
+    self.ended[inst] = (reason, message)
+
+  def _run(self, index, inst, fn, budget=None):
+    """fn() under the budget; (True, value) or (False, error result)."""
+    budget = self.call_s if budget is None else budget
+    if self.strikes >= self.strikes_allowed:
+      return False, {
+          "ok": False,
+          "reason": "call_timeout",
+          "message": (
+              f"{self.strikes} calls of this program ran past their"
+              f" {self.call_s} s limit in this batch; its other calls in it"
+              " are refused"
+          ),
+          "end": True,
+      }
+    self._beat(index, budget)
+    if inst is not None:
+      self._switch_to(inst)
+    start = time.monotonic()
+    error = None
+    try:
+      try:
+        _CALL_DEADLINE[0] = start + budget
+        value = fn()
+      finally:
+        _CALL_DEADLINE[0] = None
+    except _CallTimeout:
+      error = "timeout"
+    except (SystemExit, KeyboardInterrupt) as e:
+      return False, {
+          "ok": False,
+          "reason": "crash",
+          "message": f"the program raised {type(e).__name__}: {e}"[:2000],
+          "end": True,
+      }
     except BaseException as e:  # pylint: disable=broad-except
-      if isinstance(e, SystemExit):
-        os._exit(e.code if isinstance(e.code, int) else 1)
-      _send(wfd, _error(e), limit, seq)
+      return False, _error(e)
+    elapsed = time.monotonic() - start
+    if error is not None or elapsed > budget:
+      self.strikes += 1
+      return False, {
+          "ok": False,
+          "reason": "call_timeout",
+          "message": (
+              f"the call ran {elapsed:.2f} s, past its {budget} s limit;"
+              " keep each reset/step well under it"
+          ),
+          "end": True,
+      }
+    return True, value
+
+  def _load(self, index, source):
+    """Loads the program once; later creates reuse its class or its error."""
+    from spade.environments import runtime  # pylint: disable=g-import-not-at-top
+
+    def load():
+      try:
+        return runtime.load_program(source), None
+      except runtime.ProgramError as e:
+        return None, {"ok": False, "reason": e.reason, "message": e.message}
+
+    ok, value = self._run(index, None, load, self.load_s)
+    if ok and value[1] is None:
+      self.cls = value[0]
+    else:
+      self.load_error = value[1] if ok else dict(value)
+      self.load_error.pop("end", None)
+
+  def _create(self, index, item):
+    inst = item["inst"]
+    if self.cls is None and self.load_error is None:
+      if item.get("source") is None:
+        self.load_error = {
+            "ok": False,
+            "reason": "protocol",
+            "message": "the program's source never arrived",
+        }
+      else:
+        self._load(index, item["source"])
+    if self.load_error is not None:
+      return dict(self.load_error)
+    cls = self.cls
+    self.rng[inst] = self.pristine
+    kwargs = item.get("kwargs") or {}
+    from spade.environments import runtime  # pylint: disable=g-import-not-at-top
+
+    # The reference's rule: cls(), then cls(max_turns=...) on a TypeError.
+    ok, value = self._run(index, inst, lambda: runtime.instantiate(cls, kwargs))
+    if not ok:
+      self._drop(inst)
+      return value
+    self.insts[inst] = value
+    reply = {
+        "ok": True,
+        "class_name": cls.__name__,
+        "description": (cls.__doc__ or "").strip()[:4000],
+    }
+    opening = item.get("open")
+    if opening is not None:
+      # create + reset + calls in one round trip (`SandboxPool.open_many`).
+      env = value
+      ok, out = self._run(index, inst, lambda: _reset(env, opening.get("seed")))
+      if not ok:
+        self._drop(inst)
+        return out
+      reply.update(out)
+      reply["calls"] = {}
+      for name in opening.get("calls") or []:
+        ok, out = self._run(index, inst, lambda n=name: _call(env, n, []))
+        if ok:
+          reply["calls"][name] = {"ok": True, "value": out}
+        elif out.get("end"):
+          self._drop(inst)
+          out.pop("end", None)
+          return out
+        else:
+          reply["calls"][name] = out
+    return reply
+
+  def _drop(self, inst):
+    """Forgets an instance that was never handed out."""
+    self.insts.pop(inst, None)
+    self.rng.pop(inst, None)
+    self.ended.pop(inst, None)
+    if self.current == inst:
+      self.current = None
+
+  def _item(self, index, item):
+    """One item's result (a dict, not yet encoded)."""
+    op = item.get("op")
+    inst = item.get("inst")
+    if op == "create":
+      return self._create(index, item)
+    if op == "close":
+      env = self.insts.get(inst)
+      if env is not None and hasattr(env, "close"):
+        self._run(index, inst, env.close)
+      self._drop(inst)
+      return {"ok": True}
+    if inst in self.ended:
+      reason, message = self.ended[inst]
+      return {
+          "ok": False,
+          "reason": reason,
+          "message": f"this episode ended earlier: {message}",
+      }
+    env = self.insts.get(inst)
+    if env is None:
+      return {"ok": False, "reason": "closed", "message": "no such episode"}
+    if op == "reset":
+      seed = item.get("seed")
+      ok, out = self._run(index, inst, lambda: _reset(env, seed))
+      return {"ok": True, **out} if ok else out
+    if op == "step":
+      action = item.get("action", "")
+      ok, out = self._run(index, inst, lambda: _step(env, action))
+      return {"ok": True, **out} if ok else out
+    if op == "call":
+      method, args = item.get("method"), item.get("args") or []
+      ok, out = self._run(index, inst, lambda: _call(env, method, args))
+      return {"ok": True, "value": out} if ok else out
+    return {"ok": False, "reason": "bad_op", "message": str(op)}
+
+  def _encode(self, item, result):
+    """The item's result as JSON, within the per-call output cap."""
+    inst = item.get("inst")
+    ends = bool(result.pop("end", False))
+    data = None
+    try:
+      if _text_size(result, self.cap) <= self.cap:
+        data = json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as e:
+      data = json.dumps(
+          {
+              "ok": False,
+              "reason": "bad_result",
+              "message": f"the result is not JSON-serialisable: {e}"[:2000],
+          }
+      )
+    if data is None or len(data) > self.cap:
+      size = "far" if data is None else f"{len(data)} bytes,"
+      result = {
+          "ok": False,
+          "reason": "output_too_large",
+          "message": (
+              f"the result is {size} over the {self.cap}-byte cap of one"
+              " call; return shorter observations"
+          ),
+      }
+      ends = True
+      data = json.dumps(result)
+    if ends and inst is not None and item.get("op") != "close":
+      if item.get("op") == "create":
+        self._drop(inst)
+      else:
+        self._end(inst, result["reason"], result["message"])
+    return data
+
+  def serve(self):
+    signal.signal(signal.SIGALRM, _on_tick)
+    while True:
+      msg = _recv(self.rfd)
+      if msg is None:
+        os._exit(0)
+      items = msg.get("items") or []
+      self.strikes = 0
+      signal.setitimer(signal.ITIMER_REAL, self.tick, self.tick)
+      parts = []
+      for index, item in enumerate(items):
+        try:
+          result = self._item(index, item)
+        except _CallTimeout:
+          # A tick that landed between a call's end and the deadline reset.
+          result = {"ok": False, "reason": "call_timeout", "message": "late"}
+        parts.append(self._encode(item, result))
+      signal.setitimer(signal.ITIMER_REAL, 0, 0)
+      self._beat(len(items), self.load_s)
+      data = (
+          '{"results": ['
+          + ",".join(parts)
+          + '], "seq": %d}' % msg.get("seq", 0)
+      ).encode("utf-8", "surrogatepass")
+      view = memoryview(_LEN.pack(len(data)) + data)
+      while view:
+        n = os.write(self.wfd, view)
+        view = view[n:]
+
+
+def _step(env, action):
+  """env.step(action), checked: the step result's fields."""
+  out = env.step(action)
+  if not (isinstance(out, tuple) and len(out) == 5):
+    raise TypeError(
+        "step() must return (obs, reward, terminated, truncated, info),"
+        f" got {type(out).__name__}"
+    )
+  obs, reward, term, trunc, info = out
+  if not isinstance(obs, str):
+    raise TypeError(f"step() observation must be str, got {type(obs).__name__}")
+  reward = float(reward)
+  if not math.isfinite(reward):
+    raise ValueError(f"step() reward {reward} is not finite")
+  return {
+      "obs": obs,
+      "reward": reward,
+      "terminated": bool(term),
+      "truncated": bool(trunc),
+      "info": _jsonable(info or {}),
+  }
+
+
+def _program_server(rfd, wfd, beat, opts):
+  """Child entry point: serves one program's episodes until end of input."""
+  _Program(rfd, wfd, beat, opts).serve()
 
 
 def _validate_child(wfd, source, options, limit):
@@ -411,6 +669,11 @@ def _run_code_child(source):
 
 # ------------------------------------------------------------------ worker --
 
+# A program call that ignores its timer (a loop in C) is killed this long
+# after its budget.
+_HARD_GRACE_S = 0.5
+_BEAT_POLL_S = 0.05
+
 
 class _Child:
   """Worker-side record of one forked child and its pipes."""
@@ -427,8 +690,13 @@ class _Child:
     self.outbuf = None  # bytes still to write to the child
     self.errfd = None  # stderr of a program run
     self.errbuf = bytearray()
-    self.seq = None  # sequence number of the last request (env children)
+    self.seq = None  # sequence number of the last request (program children)
     self.dead = None  # (reason, message) once it cannot answer any more
+    self.beat = None  # page shared with a program child (see _Program)
+    self.source = None  # the program a program child serves
+    self.source_sent = False
+    self.instances = set()  # env ids of its live episodes
+    self.ended = {}  # env id -> (reason, message), episodes ended by a kill
 
 
 class Worker:
@@ -440,11 +708,12 @@ class Worker:
     self.proto_out = proto_out
     self.next_uid = opts.base_uid
     self.next_env = 1
-    self.envs = {}  # env id -> _Child
+    self.envs = {}  # env id -> the program child holding that episode
+    self.programs = {}  # source -> its live program child
     self.by_pid = {}  # pid -> _Child, for reaping
     self.created = 0
     self.preloaded = []
-    # Environment children forked ahead, between requests: forking costs
+    # Program children forked ahead, between requests: forking costs
     # ~80-120 ms under gVisor's ptrace platform, loading a program a few.
     self.spares = collections.deque()
     self.spare_failed = False
@@ -466,8 +735,12 @@ class Worker:
     to_child = os.pipe()
     from_child = os.pipe()
     extra = None
+    beat = None
     if kind == "run":
       extra = os.pipe()  # stderr
+    elif kind == "program":
+      beat = mmap.mmap(-1, mmap.PAGESIZE)  # shared, survives the fork
+      args = (beat,) + args
     pid = os.fork()
     if pid == 0:
       try:
@@ -495,13 +768,14 @@ class Worker:
       os.set_blocking(extra[0], False)
     else:
       child = _Child(pid, uid, home, from_child[0], to_child[1], kind)
+    child.beat = beat
     os.set_blocking(child.rfd, False)
     self.by_pid[pid] = child
     self.created += 1
     return child
 
   def _take_spare(self):
-    """A live pre-forked environment child, or None."""
+    """A live pre-forked program child, or None."""
     self.reap()
     while self.spares:
       child = self.spares.popleft()
@@ -511,16 +785,43 @@ class Worker:
     return None
 
   def _fork_spare(self):
-    """Forks one environment child that waits for its program."""
+    """Forks one program child that waits for its program."""
     try:
-      self.spares.append(
-          self.spawn("env", _env_server, self.opts.max_result_bytes)
-      )
+      self.spares.append(self.spawn("program", _program_server, self.opts))
     except OSError:
       # Out of processes or memory: no more spares until the next request
       # has been answered; `create` forks on demand and reports its own
       # failure.
       self.spare_failed = True
+
+  def _program_child(self, source):
+    """The live child serving `source`, started (from a spare) if none."""
+    child = self.programs.get(source)
+    if child is not None and child.dead is None:
+      return child
+    child = self._take_spare() or self.spawn(
+        "program", _program_server, self.opts
+    )
+    child.source = source
+    self.programs[source] = child
+    return child
+
+  def _forget(self, env_id):
+    """Drops an episode; a program child with none left is ended."""
+    child = self.envs.pop(env_id, None)
+    if child is None:
+      return
+    child.instances.discard(env_id)
+    child.ended.pop(env_id, None)
+    self._end_if_empty(child)
+
+  def _end_if_empty(self, child):
+    if child.instances:
+      return
+    if self.programs.get(child.source) is child:
+      del self.programs[child.source]
+    if child.rfd is not None:
+      self.kill(child)
 
   def _uid_pids(self, uid):
     pids = []
@@ -566,6 +867,9 @@ class Worker:
         except OSError:
           pass
     child.rfd = child.wfd = child.errfd = None
+    if child.beat is not None:
+      child.beat.close()
+      child.beat = None
     shutil.rmtree(child.home, ignore_errors=True)
     self.reap()
 
@@ -633,9 +937,8 @@ class Worker:
       raise _Dead("crash", self.describe_exit(child)) from e
     child.outbuf = child.outbuf[n:]
 
-  def _pump_in(self, child):
+  def _pump_in(self, child, limit):
     """Reads what is there; returns a decoded message when one is complete."""
-    limit = self.opts.max_result_bytes
     while True:
       try:
         chunk = os.read(child.rfd, 1 << 16)
@@ -648,7 +951,7 @@ class Worker:
         size = _LEN.unpack(child.inbuf[: _LEN.size])[0]
         if size > limit:
           raise _Dead(
-              "result_too_large",
+              "output_too_large",
               f"the environment sent {size} bytes, over the {limit}-byte cap",
           )
         if len(child.inbuf) >= _LEN.size + size:
@@ -678,39 +981,95 @@ class Worker:
   # --- request execution ---
 
   def run_items(self, items):
-    """Runs one request's items; same-env items in order, others at once."""
+    """Runs one request's items.
+
+    The items on one program (creates of its source, calls on its episodes)
+    go to its child as one batch, run there in order; different programs,
+    validations and program runs run at once (up to `max_parallel`).
+    """
     results = [None] * len(items)
-    queues = {}
+    batches = {}  # program child -> [(item index, sub-item, env id)]
+    pending = collections.deque()  # job starters
     for i, item in enumerate(items):
-      if item.get("op") in ("reset", "step", "call", "close"):
-        key = ("env", item.get("env"))
+      op = item.get("op")
+      if op == "stats":
+        results[i] = self.stats()
+      elif op == "create":
+        try:
+          child = self._program_child(item["source"])
+        except OSError as e:
+          results[i] = {
+              "ok": False,
+              "reason": "crash",
+              "message": f"could not start a process for the program: {e}",
+          }
+          continue
+        env_id = self.next_env
+        self.next_env += 1
+        self.envs[env_id] = child
+        child.instances.add(env_id)
+        sub = {"op": "create", "inst": env_id, "kwargs": item.get("kwargs")}
+        if item.get("open") is not None:
+          sub["open"] = item["open"]
+        if not child.source_sent:
+          sub["source"] = item["source"]
+          child.source_sent = True
+        batches.setdefault(child, []).append((i, sub, env_id))
+      elif op in ("reset", "step", "call", "close"):
+        env_id = item.get("env")
+        child = self.envs.get(env_id)
+        if child is None:
+          results[i] = {
+              "ok": False,
+              "reason": "closed",
+              "message": f"environment {env_id} does not exist or was closed",
+          }
+          continue
+        gone = child.ended.get(env_id) or child.dead
+        if gone is not None:
+          if op == "close":
+            self._forget(env_id)
+            results[i] = {"ok": True}
+          else:
+            results[i] = {
+                "ok": False,
+                "reason": gone[0],
+                "message": (
+                    f"environment {env_id} is no longer running: {gone[1]}"
+                ),
+            }
+          continue
+        sub = {"op": op, "inst": env_id}
+        if op == "reset":
+          sub["seed"] = item.get("seed")
+        elif op == "step":
+          sub["action"] = item.get("action", "")
+        elif op == "call":
+          sub["method"] = item.get("method")
+          sub["args"] = item.get("args") or []
+        batches.setdefault(child, []).append((i, sub, env_id))
       else:
-        key = ("new", i)
-      queues.setdefault(key, collections.deque()).append(i)
-    busy = set()
+        pending.append(lambda i=i, item=item: self._start(i, item, results))
+    for child, entries in batches.items():
+      pending.appendleft(
+          lambda c=child, e=entries: self._start_batch(c, e, results)
+      )
     active = {}  # result fd -> job
 
     def start_next():
-      progress = True
-      while progress and len(active) < self.opts.max_parallel:
-        progress = False
-        for key, queue in queues.items():
-          if key in busy or not queue:
-            continue
-          if len(active) >= self.opts.max_parallel:
-            break
-          i = queue.popleft()
-          progress = True
-          job = self._start(i, items[i], results)
-          if job is not None:
-            job["key"] = key
-            busy.add(key)
-            active[job["fd"]] = job
+      while pending and len(active) < self.opts.max_parallel:
+        job = pending.popleft()()
+        if job is not None:
+          active[job["fd"]] = job
 
     start_next()
     while active:
       now = time.monotonic()
-      timeout = max(0.0, min(j["deadline"] for j in active.values()) - now)
+      wake = min(self._deadline(j, now) for j in active.values())
+      if any(j["kind"] == "program" for j in active.values()):
+        # Look at the programs' heartbeats often enough to see each call
+        # start close to when it did.
+        wake = min(wake, now + _BEAT_POLL_S)
       poller = select.poll()
       for fd, job in active.items():
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -720,7 +1079,7 @@ class Worker:
         if child.errfd is not None:
           poller.register(child.errfd, select.POLLIN | select.POLLHUP)
       try:
-        events = poller.poll(timeout * 1000.0)
+        events = poller.poll(max(0.0, wake - now) * 1000.0)
       except InterruptedError:
         events = []
       ready = {fd for fd, _ in events}
@@ -733,12 +1092,14 @@ class Worker:
           if job["kind"] == "run":
             done = self._pump_run(job)
           elif fd in ready:
-            msg = self._pump_in(child)
+            msg = self._pump_in(child, job["cap"])
             if msg is not None:
               done = True
               job["on_result"](msg)
-          if not done and time.monotonic() >= job["deadline"]:
-            raise _Dead("timeout", job["timeout_message"])
+          if not done:
+            now = time.monotonic()
+            if now >= self._deadline(job, now):
+              raise _Dead(job["timeout_reason"], job["timeout_message"])
         except _Dead as dead:
           self.kill(child)
           child.dead = (dead.reason, dead.message)
@@ -746,109 +1107,106 @@ class Worker:
           done = True
         if done:
           del active[fd]
-          busy.discard(job["key"])
       start_next()
     self.reap()
     return results
 
+  def _deadline(self, job, now):
+    """When a job is overdue; a program's heartbeat moves it on."""
+    if job["kind"] != "program":
+      return job["deadline"]
+    child = job["child"]
+    if child.beat is not None:
+      seq, index, budget = _BEAT.unpack_from(child.beat, 0)
+      if seq != job["beat"][0]:
+        if not (0.0 <= budget <= job["max_budget"]):
+          budget = job["max_budget"]  # the program wrote on the page
+        job["beat"] = (seq, index, budget, now)
+    _, _, budget, seen = job["beat"]
+    return min(job["deadline"], seen + budget + _HARD_GRACE_S)
+
+  def _start_batch(self, child, entries, results):
+    """Sends one program child its batch; returns the job awaiting it."""
+    opts = self.opts
+    budget = 0.0
+    for _, sub, _ in entries:
+      budget += opts.call_timeout_s
+      if sub["op"] == "create":
+        calls = (sub.get("open") or {}).get("calls") or []
+        budget += opts.call_timeout_s * (1 + len(calls))
+        budget += opts.step_timeout_s if "source" in sub else 0.0
+    now = time.monotonic()
+    first = opts.step_timeout_s + opts.call_timeout_s
+    self._write(child, {"op": "batch", "items": [e[1] for e in entries]})
+
+    def on_result(msg):
+      out = msg.get("results")
+      if not isinstance(out, list) or len(out) != len(entries):
+        raise _Dead("bad_result", "the program's reply has the wrong shape")
+      for (i, sub, env_id), r in zip(entries, out):
+        if not isinstance(r, dict):
+          r = {"ok": False, "reason": "bad_result", "message": "malformed"}
+        if sub["op"] == "create":
+          if r.get("ok"):
+            r["env"] = env_id
+          else:
+            self._forget(env_id)
+        elif sub["op"] == "close":
+          self._forget(env_id)
+        results[i] = r
+      self._end_if_empty(child)
+
+    def on_dead(dead):
+      if self.programs.get(child.source) is child:
+        del self.programs[child.source]
+      hung = None
+      if dead.reason == "call_timeout":
+        index = job["beat"][1]
+        if index < len(entries):
+          hung = entries[index][2]
+          child.ended[hung] = (dead.reason, dead.message)
+          child.dead = (
+              "crash",
+              f"the program's process was killed: a call of environment"
+              f" {hung} ran past its limit",
+          )
+      for i, sub, env_id in entries:
+        reason, message = child.ended.get(env_id) or child.dead
+        if sub["op"] == "close":
+          self._forget(env_id)
+          results[i] = {"ok": True}
+          continue
+        results[i] = {"ok": False, "reason": reason, "message": message}
+        if sub["op"] == "create":
+          self._forget(env_id)
+
+    seq = _BEAT.unpack_from(child.beat, 0)[0]
+    job = {
+        "fd": child.rfd,
+        "child": child,
+        "kind": "program",
+        "cap": len(entries) * (opts.call_output_cap_bytes + 256) + 4096,
+        "deadline": now + budget + opts.step_timeout_s + _HARD_GRACE_S,
+        "max_budget": first,
+        "beat": (seq, 0, first, now),
+        "on_result": on_result,
+        "on_dead": on_dead,
+        "timeout_reason": "call_timeout",
+        "timeout_message": (
+            f"a call ran past its {opts.call_timeout_s} s limit and did not"
+            " yield to its timer; the program's process was killed"
+        ),
+    }
+    return job
+
   def _start(self, i, item, results):
-    """Starts item i; returns an active job, or None when already answered."""
+    """Starts a validation or program run; None when already answered."""
     op = item.get("op")
     opts = self.opts
-    step_deadline = time.monotonic() + float(
-        item.get("timeout_s", opts.step_timeout_s)
-    )
 
     def set_result(value):
       results[i] = value
 
-    if op == "stats":
-      results[i] = self.stats()
-      return None
-    if op == "create":
-      child = self._take_spare() or self.spawn(
-          "env", _env_server, opts.max_result_bytes
-      )
-      env_id = self.next_env
-      self.next_env += 1
-      self.envs[env_id] = child
-
-      def on_create(msg):
-        if msg.get("ok"):
-          msg["env"] = env_id
-        else:
-          self.envs.pop(env_id, None)
-          self.kill(child)
-        results[i] = msg
-
-      def on_create_dead(dead):
-        self.envs.pop(env_id, None)
-        results[i] = {
-            "ok": False,
-            "reason": dead.reason,
-            "message": dead.message,
-        }
-
-      request = {
-          "op": "create",
-          "source": item["source"],
-          "kwargs": item.get("kwargs") or {},
-      }
-      if item.get("open") is not None:
-        request["open"] = item["open"]
-      self._write(child, request)
-      return self._job(
-          child, step_deadline, on_create, on_create_dead, "create"
-      )
-    if op in ("reset", "step", "call", "close"):
-      env_id = item.get("env")
-      child = self.envs.get(env_id)
-      if child is None:
-        results[i] = {
-            "ok": False,
-            "reason": "closed",
-            "message": f"environment {env_id} does not exist or was closed",
-        }
-        return None
-      if child.dead is not None:
-        reason, message = child.dead
-        results[i] = {
-            "ok": False,
-            "reason": reason,
-            "message": f"environment {env_id} is no longer running: {message}",
-        }
-        if op == "close":
-          self.envs.pop(env_id, None)
-          results[i] = {"ok": True}
-        return None
-      msg = {"op": op}
-      if op == "reset":
-        msg["seed"] = item.get("seed")
-      elif op == "step":
-        msg["action"] = item.get("action", "")
-      elif op == "call":
-        msg["method"] = item.get("method")
-        msg["args"] = item.get("args") or []
-      self._write(child, msg)
-
-      def on_msg(msg, env_id=env_id, child=child):
-        if op == "close":
-          self.envs.pop(env_id, None)
-          self.kill(child)
-        results[i] = msg
-
-      def on_dead(dead, env_id=env_id):
-        if op == "close":
-          self.envs.pop(env_id, None)
-          results[i] = {"ok": True}
-          return
-        results[i] = {
-            "ok": False,
-            "reason": dead.reason,
-            "message": dead.message,
-        }
-
-      return self._job(child, step_deadline, on_msg, on_dead, op)
     if op == "validate":
       deadline = time.monotonic() + float(
           item.get("timeout_s", opts.validate_timeout_s)
@@ -902,7 +1260,6 @@ class Worker:
         }
 
       job["on_dead"] = on_run_dead
-      job["kind"] = "run"
       job["results"] = results
       job["index"] = i
       return job
@@ -921,6 +1278,8 @@ class Worker:
         "on_result": on_result,
         "on_dead": on_dead,
         "kind": child.kind,
+        "cap": self.opts.max_result_bytes,
+        "timeout_reason": "timeout",
         "timeout_message": (
             f"the {what} did not finish within its deadline; its processes"
             " were killed"
@@ -973,6 +1332,7 @@ class Worker:
     return {
         "ok": True,
         "envs": len(self.envs),
+        "programs": len(self.programs),
         "processes": procs,
         "created": self.created,
         "spare_envs": len(self.spares),
@@ -1042,6 +1402,9 @@ def _parse(argv):
   p.add_argument("--max-parallel", type=int, default=64)
   p.add_argument("--spare-envs", type=int, default=0)
   p.add_argument("--step-timeout-s", type=float, default=5.0)
+  p.add_argument("--call-timeout-s", type=float, default=0.5)
+  p.add_argument("--call-output-cap-bytes", type=int, default=256 << 10)
+  p.add_argument("--timeout-strikes", type=int, default=2)
   p.add_argument("--validate-timeout-s", type=float, default=30.0)
   return p.parse_args(argv)
 

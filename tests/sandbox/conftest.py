@@ -32,13 +32,21 @@ class ProbeEnv:
     return "read the source"
 '''
 
+
+def program(tag):
+  """PROBE as a distinct program: the episodes of one program share a
+  process, different programs never do."""
+  return PROBE + f"\n# program {tag}\n"
+
+
 STEP_TIMEOUT_S = 2.0
+CALL_TIMEOUT_S = 0.5
 VALIDATE_TIMEOUT_S = 8.0
 
 
-def probe(pool, code, *, keep=False):
+def probe(pool, code, *, keep=False, source=PROBE):
   """Creates a probe environment, runs `code` in it; returns the result."""
-  handle = pool.create(PROBE)
+  handle = pool.create(source)
   pool.reset(handle, 0)
   result = pool.step(handle, code)
   if keep:
@@ -91,6 +99,7 @@ def gvisor_pool():
       "gvisor",
       2,
       step_timeout_s=STEP_TIMEOUT_S,
+      call_timeout_s=CALL_TIMEOUT_S,
       validate_timeout_s=VALIDATE_TIMEOUT_S,
       host_grace_s=3.0,
   ) as pool:

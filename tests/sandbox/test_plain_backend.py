@@ -12,6 +12,7 @@ from spade.sandbox import SandboxPool
 from tests.sandbox.conftest import PROBE
 from tests.sandbox.conftest import assert_pool_works
 from tests.sandbox.conftest import probe
+from tests.sandbox.conftest import program
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,8 @@ def plain_pool():
 
 
 def test_batches_deadlines_and_crashes(plain_pool):
-  handles = [plain_pool.create(PROBE, {"tag": i}) for i in range(3)]
+  # Three programs: a crash ends only the episodes of its own program.
+  handles = [plain_pool.create(program(i), {"tag": i}) for i in range(3)]
   infos = [plain_pool.reset(h, 5)[1] for h in handles]
   assert infos == [{"seed": 5, "kwargs": {"tag": i}} for i in range(3)]
   start = time.monotonic()
@@ -34,8 +36,9 @@ def test_batches_deadlines_and_crashes(plain_pool):
           (handles[2], "result = 'fine'"),
       ]
   )
-  assert time.monotonic() - start < 1.0 + 2.0
-  assert out[0]["reason"] == "timeout"
+  # The per-call budget (0.5 s by default) ends the loop's episode.
+  assert time.monotonic() - start < plain_pool.call_timeout_s + 1.0
+  assert out[0]["reason"] == "call_timeout"
   assert out[1]["reason"] == "crash" and "code 7" in out[1]["message"]
   assert out[2] == {
       "ok": True,
@@ -54,8 +57,12 @@ def test_batches_deadlines_and_crashes(plain_pool):
 
 
 def test_results_are_capped_and_checked(plain_pool):
-  huge = probe(plain_pool, "result = 'x' * (2 << 20)")
-  assert huge["ok"] is False and huge["reason"] == "result_too_large"
+  huge, out = probe(plain_pool, "result = 'x' * (2 << 20)", keep=True)
+  assert out["ok"] is False and out["reason"] == "output_too_large"
+  # An oversized result ends the episode.
+  again = plain_pool.step(huge, "result = 1")
+  assert again["ok"] is False and again["reason"] == "output_too_large"
+  plain_pool.close_env(huge)
   bad = plain_pool.create(
       PROBE.replace("return str(scope.get", "return (scope.get")
   )

@@ -243,15 +243,18 @@ def test_workers_keep_spare_children_forked_ahead():
       time.sleep(0.1)
     assert stats["spare_envs"] == 2 and stats["envs"] == 0
     created = stats["created"]
-    handles = [pool.create(GAME) for _ in range(2)]
-    # Both came from the spares: every fork since then is a refill (forking
-    # for the creates would have counted two more).
+    handles = [pool.create(GAME), pool.create(GAME), pool.create(TOOL_USE)]
+    # Two programs, three episodes: both processes came from the spares, so
+    # every fork since then is a refill (forking for the creates would have
+    # counted more), and the second GAME episode joined the first's process.
     stats = pool.stats()[0]
-    assert stats["envs"] == 2
+    assert (stats["envs"], stats["programs"]) == (3, 2)
     assert stats["created"] - created == stats["spare_envs"]
-    for h in handles:
+    for h in handles[:2]:
       assert pool.reset(h, 1)[0].startswith("Guess a digit")
+    for h in handles:
       pool.close_env(h)
+    assert pool.stats()[0]["programs"] == 0
   with pytest.raises(SandboxError, match="spare_envs"):
     SandboxPool("gvisor", 1, spare_envs=-1)
 
