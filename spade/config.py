@@ -99,6 +99,12 @@ def base_config() -> ConfigDict:
   c.sandbox.max_envs_per_sandbox = 1000  # recycle after this many children
   c.sandbox.max_age_s = 3600.0  # ... or this age
   c.sandbox.max_host_tasks = 2000  # ... or this many host threads/stubs
+  # Budget of one program call (reset, step, a tool, ...); at validation a
+  # call past it makes the program invalid ("call_timeout").
+  c.sandbox.call_timeout_s = 0.5
+  # In play, a call past it, or returning more than this (JSON bytes), ends
+  # its episode ("call_timeout", "output_too_large").
+  c.sandbox.call_output_cap_bytes = 256 << 10
   c.sandbox.warm_spare = True  # a sandbox started ahead for swaps
   # Imported once per worker before forking (~0.5 s and ~3 s in gVisor).
   c.sandbox.preload = ("numpy", "math_verify")
@@ -106,8 +112,9 @@ def base_config() -> ConfigDict:
   c.sandbox.sandbox_memory_mb = 8192  # cgroup limit of one whole sandbox
   c.sandbox.nproc = 32  # processes per environment uid (fork bombs)
   c.sandbox.max_parallel = 16  # children a worker runs at once
-  # Environment processes each worker forks ahead, between requests: a fork
-  # costs ~100 ms under gVisor, and `create` then only loads the program.
+  # Program processes each worker forks ahead, between requests: a fork
+  # costs ~100 ms under gVisor, and a program's first episode then only
+  # loads it (its later episodes are instances in the same process).
   c.sandbox.spare_envs = 4
   c.sandbox.runsc_path = ""  # empty: runsc from PATH
 
