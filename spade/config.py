@@ -12,6 +12,7 @@ Sections (each owned by the package of the same name):
   mesh        device mesh shape and the logical-axis rule table
   sampling    defaults for the compiled sampler
   sandbox     backend and pool of the environment sandboxes
+  environments  properties a valid environment program must have
   designer    environment designer: prompts, sampling, validation
   agent       rollouts: episodes with and without hint, turns
   regret      estimator and designer reward
@@ -93,6 +94,9 @@ def base_config() -> ConfigDict:
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
   c.sandbox.num_sandboxes = 2
   c.sandbox.step_timeout_s = 5.0
+  # Budget of one program call (reset, step, a tool, ...); at validation a
+  # call past it makes the program invalid ("call_timeout").
+  c.sandbox.call_timeout_s = 0.5
   c.sandbox.validate_timeout_s = 30.0
   c.sandbox.memory_mb = 1024
   c.sandbox.host_grace_s = 5.0  # host deadline = worker deadline + this
@@ -117,6 +121,13 @@ def base_config() -> ConfigDict:
   # loads it (its later episodes are instances in the same process).
   c.sandbox.spare_envs = 4
   c.sandbox.runsc_path = ""  # empty: runsc from PATH
+
+  # What a valid environment program must have beyond what the reference
+  # accepts: names from spade.environments.contract.PROPERTIES, e.g.
+  # ("deterministic", "solution_replayed") (ours, stricter); () accepts what
+  # the reference's validate_game accepts (the reference).
+  c.environments = ConfigDict()
+  c.environments.require = ()
 
   c.designer = ConfigDict()
   c.designer.num_envs = 2

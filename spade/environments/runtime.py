@@ -42,7 +42,7 @@ class ProgramError(Exception):
 
   Attributes:
     reason: a short code from `contract.REASONS` ("syntax", "load",
-      "no_env_class", "many_env_classes").
+      "no_env_class").
     message: what was wrong and what to do about it.
   """
 
@@ -328,40 +328,42 @@ def _register_base_module() -> None:
     sys.modules["tool_use_base_env"] = module
 
 
-def _env_classes(namespace: dict[str, Any]) -> list[type]:
-  """Classes the program defined whose names end in "Env", leaves only."""
-  defined = [
-      obj
+# Names the reference's loader never takes as the environment: its own base
+# classes, injected into every program.
+_BASE_CLASS_NAMES = frozenset(("Env", "ToolUseBaseEnv"))
+
+
+def _pick_env_class(namespace: dict[str, Any]) -> tuple[Any, list[str]]:
+  """The reference loader's choice of environment class, and all candidates.
+
+  The reference (``synthetic_game_env.py``) takes the first name, in
+  definition order, that ends in "Env" and is callable. A candidate without
+  both ``reset`` and ``step`` would fail its checks there, so such a leading
+  candidate (a helper or an empty base class) is passed over for the first
+  later one that has both: every program the reference accepts picks the
+  same class here, and a few it refuses load.
+  """
+  candidates = [
+      (name, obj)
       for name, obj in namespace.items()
       if name.endswith("Env")
-      and isinstance(obj, type)
+      and name not in _BASE_CLASS_NAMES
       and obj is not ToolUseBaseEnv
-      and obj.__module__ == _PROGRAM_MODULE
+      and callable(obj)
   ]
-  # A program may define its own base class (FooBaseEnv) and one subclass;
-  # the playable class is the one nothing else derives from.
-  return [
-      c
-      for c in defined
-      if not any(o is not c and issubclass(o, c) for o in defined)
-  ]
+  names = [name for name, _ in candidates]
+  if not candidates:
+    return None, names
+  for _, obj in candidates:
+    if hasattr(obj, "reset") and hasattr(obj, "step"):
+      return obj, names
+  return candidates[0][1], names
 
 
-def load_program(source: str, filename: str = "<env>") -> type:
-  """Executes a program with the prelude and returns its environment class.
-
-  Args:
-    source: the program's Python source.
-    filename: the name tracebacks show for it.
-
-  Returns:
-    The one class whose name ends in "Env" (a program's own base class that
-    the playable class derives from is skipped).
-
-  Raises:
-    ProgramError: with reason "syntax", "load", "no_env_class" or
-      "many_env_classes" and a message for the program's author.
-  """
+def load_program_with_candidates(
+    source: str, filename: str = "<env>"
+) -> tuple[Any, list[str]]:
+  """`load_program`, also returning every name that could be the class."""
   if not isinstance(source, str):
     raise ProgramError(
         "syntax", f"the program must be a str of Python, got {type(source)}"
@@ -391,21 +393,76 @@ def load_program(source: str, filename: str = "<env>") -> type:
         f"{program_line(e, filename)}; keep the top level to imports,"
         " constants and the class",
     ) from None
-  classes = _env_classes(namespace)
-  if not classes:
+  cls, names = _pick_env_class(namespace)
+  if cls is None:
     raise ProgramError(
         "no_env_class",
-        "no class whose name ends in 'Env' was defined; define exactly one"
-        " (e.g. `class MazeEnv:`)",
+        "no class whose name ends in 'Env' was defined; define one (e.g."
+        " `class MazeEnv:`)",
     )
-  if len(classes) > 1:
-    names = ", ".join(sorted(c.__name__ for c in classes))
-    raise ProgramError(
-        "many_env_classes",
-        f"found several environment classes ({names}); define exactly one"
-        " class whose name ends in 'Env' (rename helpers)",
-    )
-  return classes[0]
+  return cls, names
+
+
+def load_program(source: str, filename: str = "<env>") -> Any:
+  """Executes a program with the prelude and returns its environment class.
+
+  Args:
+    source: the program's Python source.
+    filename: the name tracebacks show for it.
+
+  Returns:
+    The class the reference's loader takes: the first defined name ending
+    in "Env" (other than the injected base classes) that is callable, passing
+    over leading ones without ``reset`` and ``step``.
+
+  Raises:
+    ProgramError: with reason "syntax", "load" or "no_env_class" and a
+      message for the program's author.
+  """
+  return load_program_with_candidates(source, filename)[0]
+
+
+def instantiate(
+    cls: Any,
+    kwargs: dict[str, Any] | None = None,
+    max_turns: int = contract.FALLBACK_MAX_TURNS,
+) -> Any:
+  """Creates the environment as the reference's player does.
+
+  ``cls(**kwargs)`` first, so the program plays with the turns its designer
+  chose; a TypeError (e.g. ``__init__(self, max_turns)`` without a default)
+  retries with ``max_turns=max_turns``, as the reference retries with its
+  turn budget.
+
+  Args:
+    cls: the class `load_program` returned.
+    kwargs: keyword arguments for the first try.
+    max_turns: the turn budget of the retry.
+
+  Returns:
+    The environment instance.
+  """
+  kwargs = dict(kwargs or {})
+  try:
+    return cls(**kwargs)
+  except TypeError:
+    if "max_turns" in kwargs:
+      raise
+    return cls(**kwargs, max_turns=max_turns)
+
+
+def reset_result(out: Any) -> tuple[str, Any]:
+  """(observation, info) from what reset() returned, as the reference reads it.
+
+  A 2-tuple is (observation, info); a bare str is the observation with info
+  {}. Anything else is returned unchanged in the first slot, for the caller's
+  type check.
+  """
+  if isinstance(out, str):
+    return out, {}
+  if isinstance(out, tuple) and len(out) == 2:
+    return out[0], out[1]
+  return out, None
 
 
 def program_line(error: BaseException, filename: str = "<env>") -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from spade.environments import contract
 from spade.environments import runtime
+from spade.environments import tool_calls
 
 # Modules whose import is refused, by the escape each one is for.
 _DENIED_MODULES = {
@@ -215,13 +216,26 @@ def static_check(source: str) -> Verdict | None:
   return visitor.found
 
 
-class _Failure(Exception):
-  """A validation check that failed; carries the verdict's reason."""
+class _Reject(Exception):
+  """A check that refuses the program; carries the verdict's reason."""
 
   def __init__(self, reason: str, message: str):
     super().__init__(message)
     self.reason = reason
     self.message = message
+
+
+class _Raised(Exception):
+  """Program code raised (or returned the wrong shape) during a call.
+
+  Checks the reference makes turn it into a `_Reject` with their reason;
+  checks that only record a property turn it into that property's note.
+  """
+
+  def __init__(self, message: str, reason: str | None = None):
+    super().__init__(message)
+    self.message = message
+    self.reason = reason
 
 
 class _OutOfTime(BaseException):
@@ -244,16 +258,15 @@ class _CappedSink(io.TextIOBase):
     return len(s)
 
 
-# Replies a smoke run feeds a program: both of the reference's formats,
-# unparsable text and an empty reply.
-SMOKE_ACTIONS = (
-    "\\boxed{1}",
-    "\\boxed{test}",
+# Replies a smoke run feeds a program: the reference's own three first (a
+# failure there refuses the program, as upstream), then both of the
+# reference's formats, unparsable text and an empty reply (a failure there
+# only records robust=False: the reference never sends them).
+SMOKE_ACTIONS = contract.REFERENCE_ACTIONS + (
     '<tool_call>{"name": "help", "arguments": {}}</tool_call>',
     "<answer>0</answer>",
     "hello",
     "",
-    "\\boxed{42}",
     "\\boxed{north}",
 )
 
@@ -272,103 +285,226 @@ def _is_bool(x: Any) -> bool:
 
 
 def _is_real(x: Any) -> bool:
+  if isinstance(x, (str, bytes)):
+    return False
   try:
     float(x)
   except (TypeError, ValueError, OverflowError):
     return False
-  return not isinstance(x, (str, bytes))
+  return True
+
+
+def _size(x: Any, limit: int, depth: int = 0) -> int:
+  """Characters a returned value holds (strings, keys, scalars' reprs).
+
+  Stops counting past `limit`, so a huge value costs no more than the cap.
+  """
+  if isinstance(x, str):
+    return len(x)
+  if depth > 20:
+    return 0
+  total = 0
+  if isinstance(x, dict):
+    for k, v in x.items():
+      total += _size(k, limit, depth + 1) + _size(v, limit, depth + 1)
+      if total > limit:
+        break
+    return total
+  if isinstance(x, (list, tuple, set, frozenset)):
+    for v in x:
+      total += _size(v, limit, depth + 1)
+      if total > limit:
+        break
+    return total
+  return min(len(repr(x)), limit + 1) if _is_real(x) or x is None else 8
+
+
+class _Clock:
+  """The per-call and whole-validation budgets, with signals when possible.
+
+  One ITIMER_REAL serves both: each call arms it for the sooner of its own
+  budget and the whole validation's. It re-fires every `_REFIRE_S` (a
+  program's bare `except:` may swallow one alarm). math_verify's
+  signal.alarm() cancels it, so ITIMER_PROF (CPU time, which math_verify
+  leaves alone) is armed alike as a backstop for a loop that follows a
+  math_verify call, and a call is also timed when it returns.
+  """
+
+  _REFIRE_S = 0.05
+
+  def __init__(self, budget_s: float, call_s: float):
+    self.start = time.monotonic()
+    self.deadline = self.start + budget_s
+    self.call_s = call_s
+    self.call_deadline = self.deadline
+    self.in_call = False
+    self.alarm = threading.current_thread() is threading.main_thread() and (
+        hasattr(signal, "setitimer")
+    )
+    self._old_handler = None
+
+  def _on_alarm(self, signum, frame):
+    del signum, frame
+    now = time.monotonic()
+    if now >= self.deadline or (self.in_call and now >= self.call_deadline):
+      raise _OutOfTime()
+
+  def install(self) -> None:
+    if self.alarm:
+      self._old_handler = (
+          signal.signal(signal.SIGALRM, self._on_alarm),
+          signal.signal(signal.SIGPROF, self._on_alarm),
+      )
+
+  def uninstall(self) -> None:
+    if self.alarm:
+      signal.setitimer(signal.ITIMER_REAL, 0)
+      signal.setitimer(signal.ITIMER_PROF, 0)
+      signal.signal(signal.SIGALRM, self._old_handler[0])
+      signal.signal(signal.SIGPROF, self._old_handler[1])
+
+  def begin(self, call_s: float | None) -> float:
+    """Arms the timer for one call (None: only the whole budget)."""
+    now = time.monotonic()
+    if now >= self.deadline:
+      raise _OutOfTime()
+    self.call_deadline = (
+        self.deadline if call_s is None else min(self.deadline, now + call_s)
+    )
+    self.in_call = True
+    if self.alarm:
+      # math_verify swaps the handler around its own alarm: take it back.
+      if signal.getsignal(signal.SIGALRM) != self._on_alarm:
+        signal.signal(signal.SIGALRM, self._on_alarm)
+      delay = max(1e-3, self.call_deadline - now)
+      signal.setitimer(signal.ITIMER_REAL, delay, self._REFIRE_S)
+      signal.setitimer(signal.ITIMER_PROF, delay, self._REFIRE_S)
+    return now
+
+  def end(self) -> None:
+    self.in_call = False
+    if self.alarm:
+      signal.setitimer(signal.ITIMER_REAL, 0)
+      signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+def _first_line(message: str) -> str:
+  return message.split("\n", 1)[0][:300]
 
 
 class _Run:
-  """One validation: the checks in order, each raising `_Failure`."""
+  """One validation: the reference's checks, then the recorded properties."""
 
-  def __init__(self, source, filename, smoke_steps, max_obs_chars, seed):
+  def __init__(self, source, filename, options, clock):
     self.source = source
     self.filename = filename
-    self.smoke_steps = smoke_steps
-    self.max_obs_chars = max_obs_chars
-    self.seed = seed
-    # Set by validate_program when the SIGALRM budget is armed.
-    self.rearm = lambda: None
+    self.smoke_steps = options["smoke_steps"]
+    self.max_output_chars = options["max_output_chars"]
+    self.seed = options["seed"]
+    self.clock = clock
+    self.properties = dict.fromkeys(contract.PROPERTIES, False)
+    self.notes: dict[str, str] = {}
+    self.rewards: list[float] = []
     self.result = {
         "valid": False,
         "reason": "crash",
         "message": "",
+        "properties": self.properties,
+        "notes": self.notes,
         "has_hint": False,
         "hint": None,
+        "has_tools": False,
         "solution_text": None,
         "solution_replayed": False,
         "solution_steps": 0,
+        "solution_tool_calls": 0,
         "description": "",
         "class_name": "",
         "smoke_steps": 0,
         "warnings": [],
     }
 
-  def _call(self, reason: str, what: str, fn, *args, **kwargs):
-    """Calls program code; an exception becomes a `_Failure(reason)`."""
+  # -- calls into program code ----------------------------------------------
+
+  def _call(self, what: str, fn, *args, **kwargs):
+    """Calls program code within the per-call budget and output cap.
+
+    Raises:
+      _Raised: the program raised an exception.
+      _Reject: the call ran past its budget ("call_timeout"), returned too
+        much ("output_too_large") or exited ("crash").
+    """
+    start = self.clock.begin(self.clock.call_s)
     try:
       out = fn(*args, **kwargs)
-      self.rearm()
-      return out
     except _OutOfTime:
-      raise
-    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
-      kind = type(e).__name__
-      if isinstance(e, SystemExit):
-        raise _Failure(
-            "crash", f"{what} called exit(); environments must return"
-        ) from None
-      raise _Failure(
-          reason,
-          f"{what} raised {kind}: {e}"
-          f"{runtime.program_line(e, self.filename)}",
+      self.clock.end()
+      if time.monotonic() >= self.clock.deadline:
+        raise
+      raise self._too_slow(what) from None
+    except SystemExit:
+      self.clock.end()
+      raise _Reject(
+          "crash", f"{what} called exit(); environments must return"
       ) from None
+    except Exception as e:  # pylint: disable=broad-except
+      self.clock.end()
+      raise _Raised(
+          f"{what} raised {type(e).__name__}: {e}"
+          f"{runtime.program_line(e, self.filename)}"
+      ) from None
+    self.clock.end()
+    if time.monotonic() - start > self.clock.call_s:
+      raise self._too_slow(what)
+    size = _size(out, self.max_output_chars)
+    if size > self.max_output_chars:
+      raise _Reject(
+          "output_too_large",
+          f"{what} returned more than {self.max_output_chars} characters;"
+          " show a shorter view of the state",
+      )
+    return out
 
-  def _check_obs(self, obs: Any, what: str) -> None:
-    if len(obs) > self.max_obs_chars:
-      raise _Failure(
-          "obs_size",
-          f"{what} is {len(obs)} characters, over the limit of"
-          f" {self.max_obs_chars}; show a shorter view of the state",
-      )
+  def _too_slow(self, what: str) -> _Reject:
+    return _Reject(
+        "call_timeout",
+        f"{what} took longer than the per-call budget of"
+        f" {self.clock.call_s} s; a reset, step or tool call must finish"
+        " quickly (look for unbounded loops or brute-force searches)",
+    )
 
-  def _reset(self, env, seed, what="reset()") -> str:
-    out = self._call("reset", what, env.reset, seed=seed)
-    if (
-        not isinstance(out, tuple)
-        or len(out) != 2
-        or not isinstance(out[0], str)
-        or not isinstance(out[1], dict)
-    ):
-      got = (
-          f"a tuple of ({', '.join(type(x).__name__ for x in out)})"
-          if isinstance(out, tuple)
-          else type(out).__name__
+  def _reset(self, env, seed) -> str:
+    """reset(seed=seed): its observation; `_Raised` on a wrong shape."""
+    what = f"reset(seed={seed})"
+    obs, info = runtime.reset_result(self._call(what, env.reset, seed=seed))
+    if not isinstance(obs, str) or not isinstance(info, dict):
+      shape = (
+          f"({type(obs).__name__}, {type(info).__name__})"
+          if info is not None
+          else type(obs).__name__
       )
-      raise _Failure(
-          "reset",
-          f"{what} must return (observation: str, info: dict), got {got}",
+      raise _Raised(
+          f"{what} must return (observation: str, info: dict) or an"
+          f" observation str, got {shape}"
       )
-    if not out[0]:
-      raise _Failure("reset", f"{what} returned an empty observation")
-    self._check_obs(out[0], f"the observation of {what}")
-    return out[0]
+    if not obs:
+      raise _Raised(f"{what} returned an empty observation")
+    return obs
 
   def _step(self, env, action: str, what: str) -> tuple:
-    out = self._call("step", what, env.step, action)
+    """step(action), type- and range-checked; `_Raised` on a bad result."""
+    out = self._call(what, env.step, action)
     if not isinstance(out, tuple) or len(out) != 5:
-      raise _Failure(
-          "step",
+      raise _Raised(
           f"{what} must return (obs: str, reward: float, terminated: bool,"
           f" truncated: bool, info: dict), got {type(out).__name__}"
-          + (f" of length {len(out)}" if isinstance(out, tuple) else ""),
+          + (f" of length {len(out)}" if isinstance(out, tuple) else "")
       )
     obs, reward, terminated, truncated, info = out
     problems = []
     if not isinstance(obs, str):
       problems.append(f"obs is {type(obs).__name__}, not str")
-    if not _is_real(reward) or _is_bool(reward):
+    if not _is_real(reward):
       problems.append(f"reward is {type(reward).__name__}, not float")
     if not _is_bool(terminated):
       problems.append(f"terminated is {type(terminated).__name__}, not bool")
@@ -377,154 +513,378 @@ class _Run:
     if not isinstance(info, dict):
       problems.append(f"info is {type(info).__name__}, not dict")
     if problems:
-      raise _Failure("step", f"{what}: " + "; ".join(problems))
+      raise _Raised(f"{what}: " + "; ".join(problems))
     reward = float(reward)
-    if not math.isfinite(reward):
-      raise _Failure(
-          "reward_range",
-          f"{what} returned the reward {reward}; rewards" " must be finite",
-      )
-    if not contract.REWARD_MIN <= reward <= contract.REWARD_MAX:
-      raise _Failure(
-          "reward_range",
-          f"{what} returned the reward {reward}, outside"
-          f" [{contract.REWARD_MIN}, {contract.REWARD_MAX}]; pay 1.0 for a"
-          " win and keep every step reward within the range",
-      )
-    self._check_obs(obs, f"the observation of {what}")
-    return obs, reward, bool(terminated), bool(truncated), info
-
-  def _smoke(self, env) -> list[tuple]:
-    """Feeds `SMOKE_ACTIONS`; returns (obs, reward, terminated, truncated)s."""
-    record = []
-    for i in range(self.smoke_steps):
-      action = SMOKE_ACTIONS[i % len(SMOKE_ACTIONS)]
-      out = self._step(env, action, f"step({action!r}) (smoke step {i + 1})")
-      record.append(out[:4])
-      if out[2] or out[3]:
-        break
-    return record
-
-  def _not_deterministic(self, what: str) -> _Failure:
-    return _Failure(
-        "determinism",
-        f"two instances reset with seed={self.seed} gave different {what};"
-        " the episode must depend on the seed only: draw every random choice"
-        " from random.Random(seed) (or call random.seed(seed)) in reset()",
+    message = (
+        f"{what} returned the reward {reward}; rewards must be finite and"
+        f" within [{contract.REWARD_MIN:g}, {contract.REWARD_MAX:g}]; pay"
+        f" {contract.WIN_REWARD} for a win"
     )
+    # NaN and inf pass the reference's range test (comparisons with NaN are
+    # false) but would poison every return they enter: refused on any reply.
+    if not math.isfinite(reward):
+      raise _Reject("reward_range", message)
+    if not contract.REWARD_MIN <= reward <= contract.REWARD_MAX:
+      raise _Raised(message, reason="reward_range")
+    self.rewards.append(reward)
+    return obs, reward, bool(terminated), bool(truncated)
+
+  def _note(self, prop: str, message: str) -> None:
+    self.properties[prop] = False
+    self.notes.setdefault(prop, message[:500])
+
+  # -- the checks -------------------------------------------------------------
 
   def run(self) -> None:
     """Runs every check; fills `self.result`."""
     verdict = static_check(self.source)
     if verdict is not None:
-      raise _Failure(verdict.reason, verdict.message)
+      raise _Reject(verdict.reason, verdict.message)
+    self.clock.begin(None)
     try:
-      cls = runtime.load_program(self.source, self.filename)
+      cls, names = runtime.load_program_with_candidates(
+          self.source, self.filename
+      )
     except runtime.ProgramError as e:
-      raise _Failure(e.reason, e.message) from None
-    self.result["class_name"] = cls.__name__
-    self.result["description"] = inspect.cleandoc(cls.__doc__ or "")
+      raise _Reject(e.reason, e.message) from None
+    except SystemExit:
+      raise _Reject(
+          "crash", "module-level code called exit(); environments must return"
+      ) from None
+    finally:
+      self.clock.end()
+    name = getattr(cls, "__name__", names[0])
+    self.result["class_name"] = name
+    if len(names) > 1:
+      self.result["warnings"].append(
+          f"several names end in 'Env' ({', '.join(names)}); {name} is the"
+          " environment, as the reference's loader takes it"
+      )
+    self.result["description"] = inspect.cleandoc(
+        getattr(cls, "__doc__", None) or ""
+    )
     if not self.result["description"]:
       self.result["warnings"].append("the class has no docstring")
-    reset_what = f"reset(seed={self.seed})"
 
+    # The reference's checks (validate_game): a failure refuses the program.
     # Episodes are played one after the other, never interleaved: programs
     # in the reference style seed the shared global `random` in reset().
-    env = self._call("init", f"{cls.__name__}()", cls)
-    first = self._reset(env, self.seed, reset_what)
-    played = self._smoke(env)
+    env = self._hard("init", lambda: self._new(cls, name))
+    first = self._hard("reset", lambda: self._reset(env, self.seed))
+    played = self._hard("step", lambda: self._smoke(env, reference=True))
     self.result["smoke_steps"] = len(played)
+    other_seed = self.seed + 1
+    second = self._hard("reset", lambda: self._reset(env, other_seed))
 
-    other = self._call("init", f"a second {cls.__name__}()", cls)
-    if self._reset(other, self.seed, reset_what) != first:
-      raise self._not_deterministic("first observations")
-    if self._smoke(other) != played:
-      raise self._not_deterministic("answers to the same smoke actions")
+    # What the reference does not check: recorded as properties.
+    self._check_robust(env, played)
+    twin = self._check_deterministic(cls, name, env, first)
+    self._check_seeded(env, first, second)
+    self._check_hint(env)
+    self._check_solution(env)
+    self.properties["rewards_in_unit"] = all(-1 <= r <= 1 for r in self.rewards)
+    if not self.properties["rewards_in_unit"]:
+      self._note(
+          "rewards_in_unit",
+          "some rewards were outside [-1, 1]: "
+          + ", ".join(
+              f"{r:g}" for r in sorted(set(self.rewards)) if abs(r) > 1
+          )[:200],
+      )
+    for e in (env, twin):
+      if e is not None and callable(getattr(e, "close", None)):
+        self._hard("close", lambda e=e: self._call("close()", e.close))
+    self.result.update(valid=True, reason="ok", message="ok")
 
-    if self._reset(env, self.seed, reset_what) != first:
-      raise _Failure(
-          "determinism",
+  def _hard(self, reason: str, fn):
+    """Runs a reference check: a program error refuses with `reason`."""
+    try:
+      return fn()
+    except _Raised as e:
+      raise _Reject(e.reason or reason, e.message) from None
+
+  def _new(self, cls, name: str):
+    return self._call(f"{name}()", runtime.instantiate, cls)
+
+  def _smoke(self, env, reference: bool) -> list[tuple]:
+    """Plays the smoke replies; returns (obs, reward, terminated, truncated)s.
+
+    reference=True plays the reference's replies only (stopping when the
+    episode ends); False plays the rest of `SMOKE_ACTIONS`, resetting with
+    the validated seed whenever an episode ends.
+    """
+    n = len(contract.REFERENCE_ACTIONS)
+    actions = (
+        SMOKE_ACTIONS[:n]
+        if reference
+        else SMOKE_ACTIONS[n : max(n, self.smoke_steps)]
+    )
+    record = []
+    for i, action in enumerate(actions):
+      what = f"step({action!r})"
+      out = self._step(env, action, what)
+      record.append(out)
+      if out[2] or out[3]:
+        if reference:
+          break
+        if i + 1 < len(actions):
+          self._reset(env, self.seed)
+    return record
+
+  def _check_robust(self, env, played) -> None:
+    del played
+    try:
+      self._reset(env, self.seed)
+      self._smoke(env, reference=False)
+      self.properties["robust"] = True
+    except _Raised as e:
+      self._note(
+          "robust",
+          f"{_first_line(e.message)}; the reference's checks never send this"
+          " reply, but agents do: answer every reply with a 5-tuple",
+      )
+
+  def _episode(self, env) -> list:
+    """One deterministic probe: reset, every smoke reply, hint, solution."""
+    record = [self._reset(env, self.seed)]
+    for action in SMOKE_ACTIONS[: max(self.smoke_steps, 3)]:
+      try:
+        out = self._step(env, action, f"step({action!r})")
+      except _Raised as e:
+        out = _first_line(e.message)
+      record.append(out)
+      if isinstance(out, tuple) and (out[2] or out[3]):
+        break
+    record.append(self._reset(env, self.seed))
+    for method in ("hint", "solution"):
+      fn = getattr(env, method, None)
+      if callable(fn):
+        try:
+          record.append(repr(self._call(f"{method}()", fn)))
+        except _Raised as e:
+          record.append(_first_line(e.message))
+    return record
+
+  def _check_deterministic(self, cls, name, env, first):
+    """Two instances, one seed: the same observations, rewards and hints."""
+    try:
+      twin = self._new(cls, name)
+    except _Raised as e:
+      self._note("deterministic", f"a second {name}(): {e.message}")
+      return None
+    try:
+      mine = self._episode(env)
+      theirs = self._episode(twin)
+    except _Raised as e:
+      self._note("deterministic", _first_line(e.message))
+      return twin
+    if mine[0] != first:
+      self._note(
+          "deterministic",
           f"reset(seed={self.seed}) after some steps gave a different"
           " observation than the first reset with that seed; reset() must"
           " rebuild the whole episode from the seed",
       )
-    hint = getattr(env, "hint", None)
-    solution = getattr(env, "solution", None)
-    text = self._call("hint", "hint()", hint) if callable(hint) else None
-    plan = (
-        self._call("solution", "solution()", solution)
-        if callable(solution)
-        else None
-    )
-    self._reset(other, self.seed, reset_what)
-    if callable(hint):
-      if not _same(self._call("hint", "hint()", other.hint), text):
-        raise self._not_deterministic("hints")
-      if not isinstance(text, str):
-        raise _Failure(
-            "hint", f"hint() must return a str, got {type(text).__name__}"
-        )
-      self._check_obs(text, "the hint")
-      self.result.update(has_hint=True, hint=text)
-    if callable(solution):
-      if not _same(self._call("solution", "solution()", other.solution), plan):
-        raise self._not_deterministic("solutions")
-      self._reset(env, self.seed, reset_what)
-      self._check_solution(env, solution)
-    for e in (env, other):
-      self._call("step", "close()", getattr(e, "close", lambda: None))
-    self.result.update(valid=True, reason="ok", message="ok")
-
-  def _check_solution(self, env, solution) -> None:
-    """Replays a list solution (it must win); keeps a text one."""
-    plan = self._call("solution", "solution()", solution)
-    if isinstance(plan, str):
-      self._check_obs(plan, "the solution text")
-      self.result["solution_text"] = plan
-      return
-    if not isinstance(plan, (list, tuple)) or not all(
-        isinstance(a, str) for a in plan
-    ):
-      raise _Failure(
-          "solution",
-          "solution() must return a list of actions (str) that wins, or a"
-          f" str describing the win; got {type(plan).__name__}",
+    elif not _same(mine, theirs):
+      diff = (
+          next(
+              i for i, (a, b) in enumerate(zip(mine, theirs)) if not _same(a, b)
+          )
+          if len(mine) == len(theirs)
+          else min(len(mine), len(theirs))
       )
-    if not plan:
-      raise _Failure("solution", "solution() returned an empty list")
-    self.result["solution_text"] = "\n".join(plan)
-    total = 0.0
-    for i, action in enumerate(plan):
-      what = f"step {i + 1} of the solution ({action[:60]!r})"
-      _, reward, terminated, truncated, _ = self._step(env, action, what)
-      total += reward
-      if terminated:
-        if reward != contract.WIN_REWARD:
-          raise _Failure(
-              "solution",
-              f"the solution's episode ended at {what} with the reward"
-              f" {reward}; a win must pay {contract.WIN_REWARD} with"
-              " terminated=True",
-          )
-        self.result.update(
-            solution_replayed=True, solution_steps=i + 1, solution_return=total
+      self._note(
+          "deterministic",
+          f"two instances reset with seed={self.seed} differed (at probe"
+          f" {diff}: {str(mine[diff] if diff < len(mine) else '-')[:80]!r});"
+          " draw every random choice from random.Random(seed) (or call"
+          " random.seed(seed)) in reset()",
+      )
+    else:
+      self.properties["deterministic"] = True
+    return twin
+
+  def _check_seeded(self, env, first, second) -> None:
+    if not self.properties["deterministic"]:
+      self._note("seeded", "not deterministic for one seed")
+      return
+    if second != first:
+      self.properties["seeded"] = True
+      return
+    # The first observation may be a fixed preamble: compare solutions.
+    fn = getattr(env, "solution", None)
+    try:
+      if callable(fn):
+        self._reset(env, self.seed + 1)
+        a = repr(self._call("solution()", fn))
+        self._reset(env, self.seed)
+        if a != repr(self._call("solution()", fn)):
+          self.properties["seeded"] = True
+          return
+    except _Raised:
+      pass
+    self._note(
+        "seeded",
+        f"seeds {self.seed} and {self.seed + 1} gave the same episode; draw"
+        " the task from the seed so that episodes differ",
+    )
+
+  def _check_hint(self, env) -> None:
+    hint = getattr(env, "hint", None)
+    if not callable(hint):
+      self._note("has_hint", "no hint() method")
+      return
+    try:
+      self._reset(env, self.seed)
+      text = self._call("hint()", hint)
+    except _Raised as e:
+      self._note("has_hint", _first_line(e.message))
+      return
+    if not isinstance(text, str) or not text:
+      self._note(
+          "has_hint",
+          f"hint() must return a non-empty str, got {type(text).__name__}",
+      )
+      return
+    self.properties["has_hint"] = True
+    self.result.update(has_hint=True, hint=text)
+
+  def _has_tools(self, env) -> bool:
+    get_tools = getattr(env, "get_tools", None)
+    if not callable(get_tools):
+      return False
+    try:
+      return bool(self._call("get_tools()", get_tools))
+    except _Raised:
+      return False
+
+  def _check_solution(self, env) -> None:
+    """Replays a list solution by the reference's play rules; keeps text."""
+    solution = getattr(env, "solution", None)
+    if not callable(solution):
+      self._note("solution_replayed", "no solution() method")
+      return
+    try:
+      self._reset(env, self.seed)
+      has_tools = self._has_tools(env)
+      self.result["has_tools"] = has_tools
+      plan = self._call("solution()", solution)
+    except _Raised as e:
+      self._note("solution_replayed", _first_line(e.message))
+      return
+    if isinstance(plan, str):
+      self.result["solution_text"] = plan
+      self._note(
+          "solution_replayed",
+          "solution() returned text, which cannot be replayed; return the"
+          " list of replies that win",
+      )
+      return
+    if not isinstance(plan, (list, tuple)) or not plan:
+      self._note(
+          "solution_replayed",
+          "solution() must return a non-empty list of replies (or a text),"
+          f" got {type(plan).__name__}",
+      )
+      return
+    self.result["solution_text"] = "\n".join(
+        a if isinstance(a, str) else repr(a) for a in plan
+    )[: self.max_output_chars]
+    try:
+      self._replay(env, plan, has_tools)
+    except _Raised as e:
+      self._note("solution_replayed", _first_line(e.message))
+
+  def _replay(self, env, plan, has_tools) -> None:
+    steps = calls = 0
+    for i, item in enumerate(plan):
+      where = f"item {i + 1} of the solution"
+      if isinstance(item, dict) and "name" in item:
+        actions = [("tool", item)]
+      elif isinstance(item, str):
+        actions = tool_calls.reply_actions(item, has_tools)
+      else:
+        raise _Raised(
+            f"{where} is a {type(item).__name__}; items are replies (str)"
+            " or tool calls ({'name': ..., 'arguments': {...}})"
         )
-        if i + 1 < len(plan):
-          self.result["warnings"].append(
-              f"the solution won after {i + 1} of its {len(plan)} actions"
+      for kind, action in actions:
+        if kind == "tool":
+          execute = getattr(env, "execute_tool", None)
+          if not callable(execute):
+            raise _Raised(
+                f"{where} is a tool call but there is no execute_tool"
+            )
+          out = self._call(
+              f"execute_tool({action['name']!r}) at {where}",
+              execute,
+              action["name"],
+              action.get("arguments", {}),
           )
-        return
-      if truncated:
-        raise _Failure(
-            "solution",
-            f"the episode was truncated at {what} before the solution won;"
-            " allow enough turns (max_turns) for the solution",
-        )
-    raise _Failure(
-        "solution",
-        f"all {len(plan)} actions of solution() were played without a win"
-        " (terminated=True with reward 1.0); the solution must win the"
-        " episode reset() built",
+          if not isinstance(out, dict):
+            raise _Raised(
+                f"execute_tool at {where} returned {type(out).__name__}, not"
+                " a dict with 'output'"
+            )
+          calls += 1
+          continue
+        what = f"step({action[:60]!r}) at {where}"
+        _, reward, terminated, truncated = self._step(env, action, what)
+        steps += 1
+        if terminated:
+          if reward != contract.WIN_REWARD:
+            raise _Raised(
+                f"the solution's episode ended at {what} with the reward"
+                f" {reward}; a win pays {contract.WIN_REWARD} with"
+                " terminated=True"
+            )
+          self.properties["solution_replayed"] = True
+          self.result.update(
+              solution_replayed=True,
+              solution_steps=steps,
+              solution_tool_calls=calls,
+          )
+          if i + 1 < len(plan):
+            self.result["warnings"].append(
+                f"the solution won after {i + 1} of its {len(plan)} items"
+            )
+          return
+        if truncated:
+          raise _Raised(
+              f"the episode was truncated at {what} before the solution won;"
+              " allow enough turns (max_turns) for the solution"
+          )
+    raise _Raised(
+        f"all {len(plan)} items of solution() were played without a win"
+        " (terminated=True with reward 1.0); replies that the game does not"
+        " parse (e.g. a move without \\boxed{}) do not count"
+    )
+
+
+def options_from_config(config) -> dict[str, Any]:
+  """Validator options from a SPADE config (`sandbox` and `environments`).
+
+  Pass them to `SandboxPool.validate(sources, **options)`; keys missing from
+  an older config keep the validator's defaults.
+  """
+  options = {}
+  sandbox = getattr(config, "sandbox", None)
+  if sandbox is not None and "call_timeout_s" in sandbox:
+    options["call_timeout_s"] = float(sandbox.call_timeout_s)
+  environments = getattr(config, "environments", None)
+  if environments is not None and "require" in environments:
+    options["require"] = tuple(environments.require)
+    check_require(options["require"])
+  return options
+
+
+def check_require(require) -> None:
+  """Raises ValueError naming an unknown property in `require`."""
+  unknown = [p for p in require if p not in contract.PROPERTIES]
+  if unknown:
+    raise ValueError(
+        f"environments.require names unknown properties {unknown}; choose"
+        f" from {list(contract.PROPERTIES)}"
     )
 
 
@@ -532,72 +892,62 @@ def validate_program(
     source: str,
     *,
     smoke_steps: int = contract.SMOKE_STEPS,
-    max_obs_chars: int = contract.MAX_OBS_CHARS,
+    max_output_chars: int = contract.MAX_OUTPUT_CHARS,
     seed: int = 0,
     time_budget_s: float = contract.VALIDATE_BUDGET_S,
+    call_timeout_s: float = contract.CALL_TIMEOUT_S,
+    require: tuple[str, ...] | list[str] = (),
     filename: str = "<env>",
 ) -> dict[str, Any]:
   """Checks an environment program by running it in this process.
 
-  Checks, in order: syntax, the static pass, one *Env class, instantiation,
-  reset types, observation size, determinism (two instances, same seed, same
-  first observation; and again after steps), smoke steps with arbitrary
-  replies (types, finite rewards within [-1, 1]), hint() and the solution()
-  replay (a list must win: terminated=True with reward 1.0; a str is kept as
-  privileged text). Untrusted programs must be validated inside the sandbox
-  (`SandboxPool.validate`), never in the trainer.
+  Refuses what the reference's loader and `validate_game` refuse (syntax,
+  module-level errors, no `*Env` class, init, reset and its shape, step on
+  the reference's replies with rewards finite in [-10, 10], a second reset,
+  close), plus hostile code (the static pass) and calls past their budget
+  (`call_timeout_s`, `max_output_chars`). The stricter checks are recorded
+  as `properties` (see `contract.PROPERTIES`): deterministic, seeded,
+  robust, rewards_in_unit, has_hint, solution_replayed (a list solution
+  replayed to a win, tool calls through `execute_tool` as in play); each
+  property in `require` that is missing refuses the program with reason
+  "requires_<property>". Untrusted programs must be validated inside the
+  sandbox (`SandboxPool.validate`), never in the trainer.
 
   Args:
     source: the program's Python source.
-    smoke_steps: arbitrary replies to feed before the solution replay.
-    max_obs_chars: longest observation (and hint) allowed.
-    seed: the seed of the validated episode.
-    time_budget_s: in-process budget for the whole check, enforced with
-      SIGALRM when called on the main thread (Python-level loops only: the
-      sandbox host enforces the hard deadline).
+    smoke_steps: replies fed per smoke episode (the reference's three, then
+      more of `SMOKE_ACTIONS`).
+    max_output_chars: most characters one call may return.
+    seed: the seed of the validated episode (seed + 1 is reset too).
+    time_budget_s: budget of the whole check.
+    call_timeout_s: budget of one call (`sandbox.call_timeout_s`). Both are
+      enforced with SIGALRM on the main thread, and each call is also timed
+      when it returns; the sandbox host enforces the hard deadline.
+    require: properties a valid program must have (`environments.require`).
     filename: the program's name in messages and tracebacks.
 
   Returns:
     A JSON-able dict: valid, reason (from `contract.REASONS`), message,
-    has_hint, hint, solution_text, solution_replayed, solution_steps,
-    description, class_name, smoke_steps, warnings, printed_chars, elapsed_s.
+    properties {name: bool}, notes {property: why it is false}, has_hint,
+    hint, has_tools, solution_text, solution_replayed, solution_steps,
+    solution_tool_calls, description, class_name, smoke_steps, warnings,
+    printed_chars, elapsed_s.
   """
   if not isinstance(source, str):
     raise TypeError(f"source must be a str of Python, got {type(source)}")
-  run = _Run(source, filename, smoke_steps, max_obs_chars, seed)
-  sink = _CappedSink()
-  start = time.monotonic()
-  alarm = threading.current_thread() is threading.main_thread() and hasattr(
-      signal, "setitimer"
+  require = tuple(require)
+  check_require(require)
+  clock = _Clock(time_budget_s, call_timeout_s)
+  options = dict(
+      smoke_steps=smoke_steps, max_output_chars=max_output_chars, seed=seed
   )
-
-  def on_alarm(signum, frame):
-    del signum, frame
-    raise _OutOfTime()
-
-  old_handler = None
-  if alarm:
-    deadline = start + time_budget_s
-
-    def rearm():
-      # math_verify times its parsing with signal.alarm(), which cancels
-      # this timer and swaps the handler back and forth: restore both.
-      left = deadline - time.monotonic()
-      if left <= 0:
-        raise _OutOfTime()
-      if signal.getsignal(signal.SIGALRM) is not on_alarm:
-        signal.signal(signal.SIGALRM, on_alarm)
-      if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
-        signal.setitimer(signal.ITIMER_REAL, left, 0.25)
-
-    run.rearm = rearm
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    # Re-fire every 0.25 s: a program's bare `except:` may swallow one.
-    signal.setitimer(signal.ITIMER_REAL, time_budget_s, 0.25)
+  run = _Run(source, filename, options, clock)
+  sink = _CappedSink()
+  clock.install()
   try:
     with contextlib.redirect_stdout(sink):
       run.run()
-  except _Failure as f:
+  except _Reject as f:
     run.result.update(valid=False, reason=f.reason, message=f.message)
   except _OutOfTime:
     run.result.update(
@@ -621,14 +971,24 @@ def validate_program(
         message=f"validation stopped on {type(e).__name__}: {e}",
     )
   finally:
-    if alarm:
-      signal.setitimer(signal.ITIMER_REAL, 0)
-      signal.signal(signal.SIGALRM, old_handler)
+    clock.uninstall()
+  if run.result["valid"]:
+    for prop in require:
+      if not run.properties[prop]:
+        run.result.update(
+            valid=False,
+            reason=f"requires_{prop}",
+            message=(
+                f"the config requires {prop} (environments.require): "
+                + run.notes.get(prop, "not shown")
+            ),
+        )
+        break
   if not run.result["valid"] and sink.size:
     printed = "".join(sink.kept)[:300]
     run.result["message"] += f" (the program printed: {printed!r})"
   # Verdicts go back into designer prompts: keep messages short.
   run.result["message"] = run.result["message"][:2000]
   run.result["printed_chars"] = sink.size
-  run.result["elapsed_s"] = round(time.monotonic() - start, 4)
+  run.result["elapsed_s"] = round(time.monotonic() - clock.start, 4)
   return run.result

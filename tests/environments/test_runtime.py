@@ -161,11 +161,46 @@ def test_import_of_the_base_module_works_as_upstream():
   assert env.step("<answer>7.001</answer>")[1] == 1.0
 
 
-def test_own_base_class_is_skipped():
+_PLAYABLE = "  def reset(self, seed=None):\n    return 'x', {}\n" + (
+    "  def step(self, action):\n    return 'x', 0.0, True, False, {}\n"
+)
+
+
+def test_first_env_class_is_taken_as_the_reference_takes_it():
+  # The reference's loader: the first name defined that ends in "Env".
+  source = f"class AEnv:\n{_PLAYABLE}class BEnv:\n{_PLAYABLE}"
+  assert runtime.load_program(source).__name__ == "AEnv"
+  cls, names = runtime.load_program_with_candidates(source)
+  assert (cls.__name__, names) == ("AEnv", ["AEnv", "BEnv"])
+
+
+def test_leading_class_without_reset_and_step_is_passed_over():
+  # An empty base (or a helper) first: the reference would take it and fail.
   source = (
-      "class GameBaseEnv:\n  pass\n" "class RealEnv(GameBaseEnv):\n  pass\n"
+      f"class GameBaseEnv:\n  pass\nclass RealEnv(GameBaseEnv):\n{_PLAYABLE}"
   )
   assert runtime.load_program(source).__name__ == "RealEnv"
+
+
+def test_instantiate_retries_with_max_turns():
+  source = (
+      "class TurnsEnv:\n  def __init__(self, max_turns):\n"
+      f"    self.max_turns = max_turns\n{_PLAYABLE}"
+  )
+  cls = runtime.load_program(source)
+  assert runtime.instantiate(cls).max_turns == 10
+  assert runtime.instantiate(cls, max_turns=25).max_turns == 25
+  assert runtime.instantiate(cls, {"max_turns": 3}).max_turns == 3
+  with pytest.raises(TypeError):
+    runtime.instantiate(cls, {"colour": "red"})
+  tool_cls = runtime.load_program(_fixture("reference_tool_use.py"))
+  assert runtime.instantiate(tool_cls).max_turns == 10  # its own default
+
+
+def test_reset_result_reads_a_bare_observation():
+  assert runtime.reset_result("obs") == ("obs", {})
+  assert runtime.reset_result(("obs", {"k": 1})) == ("obs", {"k": 1})
+  assert runtime.reset_result(["obs"]) == (["obs"], None)
 
 
 @pytest.mark.parametrize(
@@ -174,7 +209,7 @@ def test_own_base_class_is_skipped():
         ("class BrokenEnv(:\n  pass\n", "syntax"),
         ("raise ValueError('boom')\n", "load"),
         ("class Helper:\n  pass\n", "no_env_class"),
-        ("class AEnv:\n  pass\nclass BEnv:\n  pass\n", "many_env_classes"),
+        ("class Env:\n  pass\nclass ToolUseBaseEnv:\n  pass\n", "no_env_class"),
     ],
 )
 def test_program_errors(source, reason):

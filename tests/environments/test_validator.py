@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from spade import config as config_lib
 from spade.environments import contract
 from spade.environments import validator
 
@@ -68,7 +69,10 @@ def test_good_program_passes_with_its_fields():
   assert v["has_hint"] and v["hint"].startswith("The first flip is ")
   assert v["solution_replayed"] and v["solution_steps"] == 3
   assert v["solution_text"].count("\\boxed{") == 3
-  assert v["smoke_steps"] == contract.SMOKE_STEPS
+  # The reference's three replies; none of them ends the episode.
+  assert v["smoke_steps"] == len(contract.REFERENCE_ACTIONS)
+  assert v["properties"] == dict.fromkeys(contract.PROPERTIES, True)
+  assert v["notes"] == {} and not v["has_tools"]
 
 
 def test_reference_fixtures_pass():
@@ -76,37 +80,34 @@ def test_reference_fixtures_pass():
   assert game["valid"], game
   assert game["solution_text"].isdigit()  # the reference's answer string
   assert not game["solution_replayed"]
+  assert "cannot be replayed" in game["notes"]["solution_replayed"]
   tool = validator.validate_program(_fixture("reference_tool_use.py"))
   assert tool["valid"], tool
   assert tool["solution_text"].startswith("1. list_warehouses()")
+  assert tool["has_tools"]
 
 
+# Refused as the reference refuses them (or as hostile or over budget); each
+# case breaks one thing of GOOD on a path the reference's checks take.
 BROKEN = {
     "syntax": GOOD.replace("def step(self, action):", "def step(self, action)"),
     "no_env_class": GOOD.replace("class CoinFlipEnv:", "class CoinFlip:"),
-    "many_env_classes": GOOD + "\n\nclass OtherEnv:\n  pass\n",
     "load": "import random\nrandom.choice([])\n" + GOOD,
     "init": _with("self.max_turns = max_turns", "self.max_turns = 1 / 0"),
-    "reset": _with('or \\\\boxed{{t}}", {}', 'or \\\\boxed{{t}}"'),
-    "determinism": (
-        _with("rng = random.Random(seed)", "rng = random.Random()").replace(
-            "Guess flip 1 of 3", "Table {rng.random()}: guess flip 1"
-        )
-    ),
+    "reset": _with('or \\\\boxed{{t}}", {}', 'or \\\\boxed{{t}}", []'),
     "step": _with(
         'return "Wrong.", 0.0, False, False, {}', 'return "Wrong.", 0.0'
     ),
     "reward_range": _with(
         'return "Wrong.", 0.0, False, False, {}',
-        'return "Wrong.", 5.0, False, False, {}',
+        'return "Wrong.", -11.0, False, False, {}',
     ),
-    "obs_size": _with('return "Wrong.", 0.0', 'return "Wrong." * 10000, 0.0'),
-    "hint": _with('return f"The first flip is', 'return 7 or f"'),
-    "solution": _with(
-        'return ["\\\\boxed{%s}" % f for f in self._flips]',
-        'return ["\\\\boxed{x}"]',
+    "close": GOOD + "\n  def close(self):\n    raise RuntimeError('busy')\n",
+    "output_too_large": _with(
+        'return "Wrong.", 0.0', 'return "Wrong." * 20000, 0.0'
     ),
-    "timeout": _with("self.turn_count += 1", "while True:\n      pass"),
+    "call_timeout": _with("self.turn_count += 1", "while True:\n      pass"),
+    "timeout": "while True:\n  pass\n" + GOOD,
     "crash": _with("self.turn_count += 1", "raise SystemExit(3)"),
 }
 
@@ -123,12 +124,61 @@ def test_broken_programs_get_their_reason(reason):
   assert len(v["message"]) > 10
 
 
+# Checks the reference does not make: the program stays valid and the
+# property is recorded False with a note saying why.
+WEAKER = {
+    "deterministic": (
+        _with("rng = random.Random(seed)", "rng = random.Random()").replace(
+            "Guess flip 1 of 3", "Table {rng.random()}: guess flip 1"
+        )
+    ),
+    "seeded": _with("rng = random.Random(seed)", "rng = random.Random(7)"),
+    "robust": _with(
+        "m = re.search(", "assert '\\\\boxed' in action\n    m = re.search("
+    ),
+    "rewards_in_unit": _with(
+        'return "Wrong.", 0.0, False, False, {}',
+        'return "Wrong.", -3.0, False, False, {}',
+    ),
+    "has_hint": _with('return f"The first flip is', 'return 7 or f"'),
+    "solution_replayed": _with(
+        'return ["\\\\boxed{%s}" % f for f in self._flips]',
+        'return ["\\\\boxed{x}"]',
+    ),
+}
+
+
+@pytest.mark.parametrize("prop", sorted(WEAKER))
+def test_missing_property_is_recorded_and_required_on_demand(prop):
+  v = validator.validate_program(WEAKER[prop])
+  assert v["valid"] and v["reason"] == "ok", v
+  assert not v["properties"][prop] and len(v["notes"][prop]) > 10
+  strict = validator.validate_program(WEAKER[prop], require=(prop,))
+  assert not strict["valid"]
+  assert strict["reason"] == f"requires_{prop}" in contract.REASONS
+  assert v["notes"][prop] in strict["message"]
+  # GOOD has every property, so requiring them all keeps it valid.
+  assert validator.validate_program(GOOD, require=contract.PROPERTIES)["valid"]
+
+
+def test_unknown_required_property_is_an_error():
+  with pytest.raises(ValueError, match="unknown properties"):
+    validator.validate_program(GOOD, require=("fast",))
+
+
+def test_several_env_classes_take_the_first_as_the_reference_does():
+  v = validator.validate_program(GOOD + "\n\nclass OtherEnv:\n  pass\n")
+  assert v["valid"] and v["class_name"] == "CoinFlipEnv"
+  assert "CoinFlipEnv, OtherEnv" in v["warnings"][0]
+
+
 def test_hidden_nondeterminism_is_caught_by_the_twin_instance():
   # The first observation is fixed but the flips are not seeded: the twin
   # instance's solution differs from the first one's (7 times in 8).
   source = _with("rng = random.Random(seed)", "rng = random.Random()")
-  reasons = {validator.validate_program(source)["reason"] for _ in range(6)}
-  assert "determinism" in reasons and reasons <= {"determinism", "ok"}
+  verdicts = [validator.validate_program(source) for _ in range(6)]
+  assert all(v["valid"] for v in verdicts)
+  assert not all(v["properties"]["deterministic"] for v in verdicts)
 
 
 def test_reference_style_global_random_in_step_is_deterministic():
@@ -141,25 +191,73 @@ def test_reference_style_global_random_in_step_is_deterministic():
       'return f"Wrong. Wind {random.randint(0, 10**9)}.", 0.0',
   )
   v = validator.validate_program(source)
-  assert v["valid"], v
+  assert v["valid"] and v["properties"]["deterministic"], v
+
+
+def test_call_budget_comes_from_the_options():
+  # One step of ~0.3 s (wall clock, so a loaded machine cannot shorten it).
+  source = _with(
+      "self.turn_count += 1",
+      "import time\n    t = time.monotonic()\n"
+      "    while time.monotonic() < t + 0.3:\n      pass\n"
+      "    self.turn_count += 1",
+  )
+  slow = validator.validate_program(source, call_timeout_s=0.1)
+  assert slow["reason"] == "call_timeout" and "0.1 s" in slow["message"]
+  assert validator.validate_program(source, call_timeout_s=5.0)["valid"]
+
+
+def test_output_cap_comes_from_the_options():
+  v = validator.validate_program(GOOD, max_output_chars=20)
+  assert v["reason"] == "output_too_large" and "20 characters" in v["message"]
+
+
+def test_options_from_config():
+  config = config_lib.base_config()
+  assert validator.options_from_config(config) == {
+      "call_timeout_s": contract.CALL_TIMEOUT_S,
+      "require": (),
+  }
+  config.sandbox.call_timeout_s = 2.0
+  config.environments.require = ("deterministic", "solution_replayed")
+  assert validator.options_from_config(config) == {
+      "call_timeout_s": 2.0,
+      "require": ("deterministic", "solution_replayed"),
+  }
+  config.environments.require = ("deterministic", "fast")
+  with pytest.raises(ValueError, match="fast"):
+    validator.options_from_config(config)
 
 
 def test_budget_survives_math_verify_resetting_the_alarm():
-  # The reference fixture calls math_verify (signal.alarm inside) in step();
-  # a later endless loop must still be stopped by the validation budget.
-  source = _fixture("reference_game.py").replace(
-      "  def solution(self) -> str:\n",
-      "  def solution(self) -> str:\n    while self.turn_count >= 0:\n"
-      "      pass\n",
+  # The reference fixture calls math_verify (signal.alarm inside, which
+  # cancels the validator's timer) in step(); an endless loop after it, in
+  # the same call and in a later one, must still be stopped.
+  fixture = _fixture("reference_game.py")
+  same_call = fixture.replace(
+      '      msg = f"{cmd} is not a+b+c."\n',
+      '      msg = f"{cmd} is not a+b+c."\n'
+      '      while cmd == "42":\n'
+      "        pass\n",
   )
-  v = validator.validate_program(source, time_budget_s=3.0)
-  assert v["reason"] == "timeout", v
+  later_call = fixture.replace(
+      "  def close(self):\n    pass\n",
+      "  def close(self):\n    while True:\n      pass\n",
+  )
+  assert same_call != fixture and later_call != fixture
+  v = validator.validate_program(same_call, time_budget_s=30.0)
+  assert v["reason"] == "call_timeout" and "boxed{42}" in v["message"], v
+  v = validator.validate_program(later_call, time_budget_s=30.0)
+  assert v["reason"] == "call_timeout" and "close()" in v["message"], v
 
 
-def test_nan_reward_is_a_reward_range_failure():
+def test_nan_reward_is_a_reward_range_failure_on_any_reply():
+  # NaN passes the reference's range test, but poisons returns: refused even
+  # on a reply the reference never sends.
   source = _with(
       'return "Wrong.", 0.0, False, False, {}',
-      'return "Wrong.", float("nan"), False, False, {}',
+      'return "Wrong.", 0.0 if "boxed" in action else float("nan"), False,'
+      " False, {}",
   )
   v = validator.validate_program(source)
   assert v["reason"] == "reward_range" and "finite" in v["message"]
@@ -171,7 +269,8 @@ def test_solution_that_loses_with_a_terminal_reward():
       'return "All right!", 0.5, True, False, {}',
   )
   v = validator.validate_program(source)
-  assert v["reason"] == "solution" and "0.5" in v["message"]
+  assert v["valid"] and not v["solution_replayed"]
+  assert "0.5" in v["notes"]["solution_replayed"]
 
 
 def test_messages_name_the_program_line():
