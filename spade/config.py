@@ -37,7 +37,7 @@ def base_config() -> ConfigDict:
   c.num_iterations = 2
 
   c.model = ConfigDict()
-  c.model.family = "gemma3"  # "gemma3" | "qwen2"
+  c.model.family = "gemma3"  # "gemma3" | "qwen2" | "qwen3"
   c.model.vocab_size = 256 + 3  # bytes + pad/bos/eos
   c.model.embed_dim = 64
   c.model.num_layers = 2
@@ -62,8 +62,13 @@ def base_config() -> ConfigDict:
   c.model.remat = False  # recompute each layer in the backward (memory)
 
   c.checkpoint = ConfigDict()
-  c.checkpoint.kind = "scratch"  # "scratch" | "gemma3_gguf" | "qwen2_gguf"
+  # "scratch" | "gemma3_gguf" | "qwen2_gguf" | "hf": a Hugging Face directory
+  # (config.json + *.safetensors) at checkpoint.path.
+  c.checkpoint.kind = "scratch"
   c.checkpoint.path = ""  # empty: found automatically for the GGUF kinds
+  # GGUF kinds: keep a converted orbax copy in the cache dir ($SPADE_CACHE or
+  # ~/.cache/spade) so later starts skip the dequantization.
+  c.checkpoint.cache = True
 
   c.tokenizer = ConfigDict()
   c.tokenizer.kind = "bytes"  # "bytes" | "gemma_sp" | "qwen_bpe"
@@ -97,18 +102,15 @@ def base_config() -> ConfigDict:
   # Budget of one program call (reset, step, a tool, ...); at validation a
   # call past it makes the program invalid ("call_timeout").
   c.sandbox.call_timeout_s = 0.5
+  # In play, a call past it, or returning more than this (JSON bytes), ends
+  # its episode ("call_timeout", "output_too_large").
+  c.sandbox.call_output_cap_bytes = 256 << 10
   c.sandbox.validate_timeout_s = 30.0
   c.sandbox.memory_mb = 1024
   c.sandbox.host_grace_s = 5.0  # host deadline = worker deadline + this
   c.sandbox.max_envs_per_sandbox = 1000  # recycle after this many children
   c.sandbox.max_age_s = 3600.0  # ... or this age
   c.sandbox.max_host_tasks = 2000  # ... or this many host threads/stubs
-  # Budget of one program call (reset, step, a tool, ...); at validation a
-  # call past it makes the program invalid ("call_timeout").
-  c.sandbox.call_timeout_s = 0.5
-  # In play, a call past it, or returning more than this (JSON bytes), ends
-  # its episode ("call_timeout", "output_too_large").
-  c.sandbox.call_output_cap_bytes = 256 << 10
   c.sandbox.warm_spare = True  # a sandbox started ahead for swaps
   # Imported once per worker before forking (~0.5 s and ~3 s in gVisor).
   c.sandbox.preload = ("numpy", "math_verify")
@@ -168,10 +170,18 @@ def base_config() -> ConfigDict:
   c.agent.max_new_tokens = 32
   c.agent.max_context = 768
   c.agent.temperature = 1.0
+  # An episode's return. "final_if_terminated" (the reference's
+  # `episode_reward`): the last reward, clipped to [-1, 1], if the
+  # environment terminated the episode, else 0. "clipped_total" (ours
+  # before): the total reward clipped to [0, 1] (erases penalties).
+  c.agent.return_rule = "final_if_terminated"
+  # The reference plays hinted episodes only to score the environment; True
+  # also trains the agent on them (ours before).
+  c.agent.train_on_hinted = False
 
   c.regret = ConfigDict()
   # "hint" | "max" | "learnability" | "lcb" | "reference"
-  c.regret.estimator = "hint"
+  c.regret.estimator = "reference"  # the reference's blend reward
   c.regret.invalid_penalty = -1.0
   # "reference": regret_weight * clip(gap / regret_scale, 0, 1)
   #              + plateau_weight * plateau(no-hint win rate).
@@ -184,6 +194,12 @@ def base_config() -> ConfigDict:
   c.regret.lcb_quantile = 0.1  # "lcb": quantile of the hint-gap posterior
   c.regret.advantage_eps = 1e-6  # GRPO: (r - mean) / (std + eps)
   c.regret.separate_arms = False  # agent baseline per (env, hinted) if True
+  # "center": r - group mean (the reference: GRPO with
+  # --disable-grpo-std-normalization, designer rewards centred per skill);
+  # "normalize": (r - mean) / (std + eps) (ours before: every advantage of
+  # a pair is +-1 whatever the size of the difference).
+  c.regret.agent_advantage = "center"
+  c.regret.designer_advantage = "center"
 
   c.optim = ConfigDict()
   c.optim.learning_rate = 1e-5
@@ -200,6 +216,12 @@ def base_config() -> ConfigDict:
   # Rows per micro-batch of the update (0: a role's whole sub-batch at once);
   # gradients are accumulated, the token-level mean is exact.
   c.optim.microbatch_rows = 0
+  # Optimizer steps per sampled batch: epochs x minibatches of shuffled rows,
+  # each scored against the sampler's logprobs (so the clip binds after the
+  # first). The reference takes one step per rollout (slime's global batch
+  # is the whole rollout): 1 x 1.
+  c.optim.epochs = 1
+  c.optim.num_minibatches = 1
   c.optim.grad_clip = 1.0  # global-norm clipping; 0 turns it off
   c.optim.weight_decay = 0.0
   c.optim.b1 = 0.9
@@ -213,6 +235,10 @@ def base_config() -> ConfigDict:
   c.train.warm_start_steps = 0
   c.train.warm_start_batch = 4
   c.train.save_programs = True
+  # fixed_pool mode: a folder of environment programs (*.py) to play instead
+  # of the seed library; each is validated first, sampled with replacement
+  # when the pool is smaller than designer.num_envs.
+  c.train.pool_dir = ""
 
   c.memory = ConfigDict()
   c.memory.enabled = True
@@ -273,16 +299,24 @@ def base_config() -> ConfigDict:
   c.eval.bfcl_categories = ("simple_python", "multiple")
   c.eval.bfcl_download = True  # False: use the cache or the own held-out set
   c.eval.bfcl_cache_dir = ""  # empty: ~/.cache/spade/bfcl
+
+  # `python -m spade.compile`: the update's batch shapes to compile for; 0
+  # takes the config's worst case as `make_batch` would round it.
+  c.compile = ConfigDict()
+  c.compile.agent_rows = 0
+  c.compile.agent_len = 0
+  c.compile.designer_rows = 0
+  c.compile.designer_len = 0
   return c
 
 
 # Choices that must be one of a fixed set: dotted key -> allowed values.
 _CHOICES = {
-    "model.family": ("gemma3", "qwen2"),
+    "model.family": ("gemma3", "qwen2", "qwen3"),
     "model.mlp_activation": ("gelu", "silu"),
     "model.dtype": ("float32", "bfloat16"),
     "model.param_dtype": ("float32", "bfloat16"),
-    "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf"),
+    "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf", "hf"),
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),
     "regret.estimator": ("hint", "max", "learnability", "lcb", "reference"),
@@ -294,6 +328,9 @@ _CHOICES = {
         "tool_use_multi_turn",
     ),
     "designer.hint_source": ("writer", "program"),
+    "regret.agent_advantage": ("center", "normalize"),
+    "regret.designer_advantage": ("center", "normalize"),
+    "agent.return_rule": ("final_if_terminated", "clipped_total"),
     "train.mode": ("spade", "fixed_pool"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
 }

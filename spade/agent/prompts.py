@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 AGENT_SYSTEM = (
     "You are playing a multi-turn environment. Each turn, read the"
@@ -53,30 +53,105 @@ def history_messages(
   return messages
 
 
+def episode_messages(
+    first_observation: str,
+    hint: str | None,
+    turns: Sequence[Any],
+) -> list[dict[str, str]]:
+  """Chat messages for the next agent turn of an episode.
+
+  Args:
+    first_observation: what `reset()` returned.
+    hint: the privileged hint (hinted episodes) or None.
+    turns: the turns played so far (`spade.agent.episodes.Turn`): each is
+      the assistant's reply, then one `tool` message per tool result (a
+      reply that called tools, as the reference sends them), then the
+      environment's observation as a user message when `step()` answered.
+
+  Returns:
+    System, first user turn, then the exchanges in order.
+  """
+  messages = [
+      {"role": "system", "content": AGENT_SYSTEM},
+      {"role": "user", "content": first_message(first_observation, hint)},
+  ]
+  for turn in turns:
+    messages.append({"role": "assistant", "content": turn.action})
+    for result in turn.tool_results:
+      messages.append({"role": "tool", "content": result})
+    if not turn.tool_results:
+      messages.append({"role": "user", "content": turn.observation})
+  return messages
+
+
 def truncate_messages(
     messages: list[dict[str, str]],
     render: Callable[[list[dict[str, str]]], list[int]],
     max_tokens: int,
 ) -> list[int]:
-  """Renders messages to at most `max_tokens` prompt tokens.
+  """Renders messages to at most `max_tokens` prompt tokens: THE rule.
+
+  Every prompt the agent samples from goes through here, with
+  `max_tokens = agent_prompt_budget(config)`, and the trainer scores the
+  reply in exactly the ids returned, so nothing downstream cuts again.
 
   The rule: the system message and the first user turn (the task and the
-  hint) are kept; whole (assistant, user) turn pairs are dropped oldest first
-  until the prompt fits; if it still does not fit, the rendered prompt is cut
-  from the left, keeping the most recent tokens (the sampler's own rule).
+  hint) are kept; whole exchanges (an assistant reply and the tool/user
+  messages after it) are dropped oldest first until the prompt fits. If the
+  system message and first turn alone do not fit, the first observation's
+  text is shortened (its beginning and the hint are kept); the rendered
+  prompt is never cut from the left, so BOS, the system message and the
+  task survive.
 
   Args:
-    messages: output of `history_messages`.
+    messages: output of `episode_messages` / `history_messages`.
     render: renders messages to token ids (the tokenizer's chat format, ending
       with the assistant turn opener).
     max_tokens: the budget.
 
   Returns:
     Token ids, at most `max_tokens` long.
+
+  Raises:
+    ValueError: when even a 1-character task does not fit the budget.
   """
   head, tail = messages[:2], messages[2:]
   ids = render(head + tail)
   while len(ids) > max_tokens and tail:
-    tail = tail[2:]
+    tail = tail[1:]
+    while tail and tail[0]["role"] != "assistant":
+      tail = tail[1:]
     ids = render(head + tail)
-  return ids[-max_tokens:]
+  if len(ids) <= max_tokens:
+    return ids
+  system, first = head
+  content = first["content"]
+  hint_at = content.rfind("\n\nHint: ")
+  task, hint = (
+      (content[:hint_at], content[hint_at:]) if hint_at >= 0 else (content, "")
+  )
+  while len(ids) > max_tokens and task:
+    task = task[: len(task) // 2]
+    ids = render([system, {"role": "user", "content": task + hint}])
+  if len(ids) > max_tokens:
+    raise ValueError(
+        f"the agent's system message and hint alone take {len(ids)} tokens,"
+        f" over the prompt budget of {max_tokens}; raise model.max_len or"
+        " lower agent.max_new_tokens"
+    )
+  return ids
+
+
+def prompt_budget(max_context: int, max_len: int, max_new_tokens: int) -> int:
+  """Prompt tokens a reply may be sampled from: min(context, room left).
+
+  One budget for the rollout, the sampler and the trainer: a prompt of this
+  length plus `max_new_tokens` always fits `max_len`.
+  """
+  budget = min(max_context, max_len - max_new_tokens)
+  if budget <= 0:
+    raise ValueError(
+        f"model.max_len={max_len} leaves no room for a prompt before"
+        f" {max_new_tokens} new tokens; raise model.max_len"
+    )
+  return budget

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, Protocol, Sequence
 
+from spade.agent import episodes as episodes_lib
 from spade.agent import prompts as prompts_lib
 
 
@@ -42,37 +44,6 @@ class EpisodeSpec:
     return self.hint is not None
 
 
-@dataclasses.dataclass
-class Turn:
-  """One agent turn: the prompt it saw, what it sampled, what it got."""
-
-  prompt_ids: list[int]
-  completion_ids: list[int]
-  logprobs: list[float]
-  action: str
-  reward: float
-  observation: str
-
-
-@dataclasses.dataclass
-class Episode:
-  """A played episode. `error` is set when the environment failed mid-way."""
-
-  spec: EpisodeSpec
-  first_observation: str = ""
-  hint: str | None = None
-  turns: list[Turn] = dataclasses.field(default_factory=list)
-  total_reward: float = 0.0
-  done: bool = False
-  won: bool = False
-  error: str | None = None
-
-  @property
-  def episode_return(self) -> float:
-    """Total reward clipped to [0, 1], the contract's return for regret."""
-    return min(1.0, max(0.0, self.total_reward))
-
-
 class TokenSampler(Protocol):
   """What the engine needs from the model: a batched, seeded sampling call."""
 
@@ -93,6 +64,11 @@ class StepExecutor(Protocol):
 
   def step(self, items: list[tuple[int, str]]) -> list[dict]:
     """items: (episode id, action) -> step result dicts (see SandboxPool)."""
+    ...
+
+  def call(self, items: list[tuple[int, str, list]]) -> list[dict]:
+    """items: (episode id, method, args) -> {"ok", "value"} | error dict;
+    the reference's `execute_tool(name, arguments)` goes through here."""
     ...
 
   def close(self, episode_ids: list[int]) -> None:
@@ -172,10 +148,15 @@ class PoolExecutor:
       # them through the chat template, we append them as text (the same
       # form the seed_heldout eval suite uses). A game has no get_tools().
       tools = calls.get("get_tools", {})
-      suffix = (
-          prompts_lib.tools_suffix(tools["value"]) if tools.get("ok") else ""
+      tools = tools.get("value") if tools.get("ok") else None
+      results.append(
+          {
+              "ok": True,
+              "obs": res["obs"] + prompts_lib.tools_suffix(tools),
+              "hint": hint,
+              "tools": bool(tools),
+          }
       )
-      results.append({"ok": True, "obs": res["obs"] + suffix, "hint": hint})
     return self._gather(items, results)
 
   def step(self, items):
@@ -187,6 +168,35 @@ class PoolExecutor:
             eid, {"ok": False, "reason": "no_env", "message": "not created"}
         )
         for eid, _ in self._mine(items)
+    ]
+    return self._gather(items, local)
+
+  def call(self, items):
+    mine = [it for it in self._mine(items) if it[0] in self._handles]
+    batch = [(self._handles[e], m, list(a)) for e, m, a in mine]
+    if hasattr(self._pool, "call_many"):
+      results = self._pool.call_many(batch)
+    else:
+      results = []
+      for handle, method, args in batch:
+        try:
+          results.append(
+              {"ok": True, "value": self._pool.call(handle, method, *args)}
+          )
+        except Exception as e:  # pylint: disable=broad-except
+          results.append(
+              {
+                  "ok": False,
+                  "reason": getattr(e, "reason", "exception"),
+                  "message": str(e)[:2000],
+              }
+          )
+    by_id = dict(zip([it[0] for it in mine], results))
+    local = [
+        by_id.get(
+            it[0], {"ok": False, "reason": "no_env", "message": "not created"}
+        )
+        for it in self._mine(items)
     ]
     return self._gather(items, local)
 
@@ -208,6 +218,47 @@ class RolloutStats:
   sandbox_s: float = 0.0
   sandbox_hidden_s: float = 0.0
   tokens_sampled: int = 0
+  tool_calls: int = 0
+
+
+# A step() that raised is the reference's outcome for the agent (reward -1,
+# episode over), not an environment failure: the program is judged by it.
+_STEP_RAISED = ("exception",)
+
+
+@dataclasses.dataclass
+class _Live:
+  """An episode while it is played (frozen into `episodes.Episode` after)."""
+
+  spec: EpisodeSpec
+  first_observation: str = ""
+  hint: str | None = None
+  tools: bool = False
+  turns: list[episodes_lib.Turn] = dataclasses.field(default_factory=list)
+  done: bool = False
+  terminated: bool = False
+  truncated: bool = False
+  env_failed: bool = False
+  error: str | None = None
+
+  def fail(self, res: dict) -> None:
+    self.done, self.env_failed = True, True
+    self.error = f"{res.get('reason')}: {str(res.get('message'))[:500]}"
+
+  def freeze(self) -> episodes_lib.Episode:
+    return episodes_lib.Episode(
+        env_index=self.spec.env_index,
+        sample=self.spec.sample,
+        hinted=self.spec.hinted,
+        seed=self.spec.seed,
+        hint=self.hint,
+        first_observation=self.first_observation,
+        turns=tuple(self.turns),
+        terminated=self.terminated,
+        truncated=self.truncated,
+        env_failed=self.env_failed,
+        error=self.error,
+    )
 
 
 def run_episodes(
@@ -221,24 +272,37 @@ def run_episodes(
     seed: int,
     overlap: bool = True,
     progress: Callable[[str], None] | None = None,
-) -> tuple[list[Episode], RolloutStats]:
-  """Plays all episodes to the end (win, termination, or `max_turns`).
+) -> tuple[list[episodes_lib.Episode], RolloutStats]:
+  """Plays all episodes to the end (termination, truncation or `max_turns`).
+
+  A turn is one agent reply, as the reference counts them. A reply to a
+  tool-use environment that holds `<tool_call>`s (and no `<answer>`) runs
+  every call through the environment's `execute_tool` and shows the results
+  as `tool` messages, without a `step()` (so the environment's own turn
+  limit is not spent on them); any other reply is the action for `step()`.
+  A `step()` that raises ends the episode with reward -1 (the reference's
+  outcome); a crash, timeout or lost sandbox marks the episode
+  `env_failed`, and it is masked out of scoring and the update.
 
   Args:
     specs: the episodes to play.
     sampler: batched token sampler for the agent role.
-    executor: runs reset/step in the sandboxes.
+    executor: runs reset/step/execute_tool in the sandboxes.
     render: chat messages -> prompt token ids (the tokenizer's chat format).
-    max_turns: T, the turn limit.
-    max_context: prompt token budget; see `prompts.truncate_messages`.
+    max_turns: T, the limit on replies.
+    max_context: the prompt token budget (`prompts.prompt_budget`): every
+      prompt is cut by `prompts.truncate_messages` to it, and the sampler
+      and trainer use the ids as they are.
     seed: base sampling seed; turn t of half h uses seed*1000 + 2*t + h.
     overlap: pipeline the sandbox of one half behind the sampling of the other.
     progress: optional callback for a log line per turn.
 
   Returns:
-    The episodes (same order as specs) and the time spent.
+    The frozen episodes (same order as specs) and the time spent.
   """
-  episodes = [Episode(spec=s) for s in specs]
+  from spade.environments import tool_calls  # pylint: disable=g-import-not-at-top
+
+  live = [_Live(spec=s) for s in specs]
   stats = RolloutStats()
   t0 = time.perf_counter()
 
@@ -254,23 +318,19 @@ def run_episodes(
 
   def apply_reset(ids, results):
     for i, res in zip(ids, results):
-      ep = episodes[i]
+      ep = live[i]
       if res.get("ok"):
         ep.first_observation = res["obs"]
+        ep.tools = bool(res.get("tools"))
         ep.hint = res.get("hint") if ep.spec.hint == ENV_HINT else ep.spec.hint
       else:
-        ep.done, ep.error = True, f"{res.get('reason')}: {res.get('message')}"
-
-  def live():
-    return [i for i, e in enumerate(episodes) if not e.done]
+        ep.fail(res)
 
   def sample(ids, turn, half):
     prompts = [
         prompts_lib.truncate_messages(
-            prompts_lib.history_messages(
-                episodes[i].first_observation,
-                episodes[i].hint,
-                [(t.action, t.observation) for t in episodes[i].turns],
+            prompts_lib.episode_messages(
+                live[i].first_observation, live[i].hint, live[i].turns
             ),
             render,
             max_context,
@@ -283,28 +343,74 @@ def run_episodes(
     stats.tokens_sampled += sum(len(o[0]) for o in outs)
     return prompts, outs
 
-  def apply(ids, prompts, outs, results):
-    for i, prompt, (tok, lp, text), res in zip(ids, prompts, outs, results):
-      ep = episodes[i]
-      if not res.get("ok"):
-        ep.done, ep.error = True, f"{res.get('reason')}: {res.get('message')}"
-        ep.turns.append(Turn(prompt, tok, lp, text, 0.0, ""))
-        continue
-      reward = float(res["reward"])
-      ep.turns.append(Turn(prompt, tok, lp, text, reward, res["obs"]))
-      ep.total_reward += reward
-      if res["terminated"] or res["truncated"] or len(ep.turns) >= max_turns:
-        ep.done = True
-        ep.won = bool(res["terminated"]) and reward >= 1.0
+  def plan(i, text):
+    """The reply's tool calls, or None when it is an action for step()."""
+    if not live[i].tools or "<answer>" in text:
+      return None
+    calls = tool_calls.parse_tool_calls(text)
+    return calls or None
 
-  def step(ids, outs):
+  def execute(ids, outs):
     start = time.perf_counter()
-    results = executor.step([(i, o[2]) for i, o in zip(ids, outs)])
+    plans = [plan(i, o[2]) for i, o in zip(ids, outs)]
+    stepped = [(i, o[2]) for i, o, p in zip(ids, outs, plans) if p is None]
+    calls = [
+        (i, "execute_tool", [c["name"], c["arguments"]])
+        for i, p in zip(ids, plans)
+        if p is not None
+        for c in p
+    ]
+    step_results = iter(executor.step(stepped) if stepped else [])
+    call_results = iter(executor.call(calls) if calls else [])
+    results = []
+    for p in plans:
+      if p is None:
+        results.append(("step", next(step_results)))
+      else:
+        results.append(("tools", [next(call_results) for _ in p]))
     return results, time.perf_counter() - start
 
+  def apply(ids, prompts, outs, results):
+    for i, prompt, (tok, lp, text), (kind, res) in zip(
+        ids, prompts, outs, results
+    ):
+      ep = live[i]
+      turn = functools.partial(
+          episodes_lib.Turn, tuple(prompt), tuple(tok), tuple(lp), text
+      )
+      if kind == "tools":
+        outputs = []
+        for r in res:
+          if not r.get("ok"):
+            ep.turns.append(turn(0.0, ""))
+            ep.fail(r)
+            break
+          value = r.get("value")
+          output = value.get("output", "") if isinstance(value, dict) else value
+          outputs.append(str(output))
+        else:
+          stats.tool_calls += len(outputs)
+          ep.turns.append(turn(0.0, "", tuple(outputs)))
+      elif not res.get("ok"):
+        if res.get("reason") in _STEP_RAISED:
+          ep.turns.append(turn(-1.0, ""))
+          ep.done, ep.terminated = True, True
+          ep.error = f"step raised: {str(res.get('message'))[:500]}"
+        else:
+          ep.turns.append(turn(0.0, ""))
+          ep.fail(res)
+        continue
+      else:
+        ep.turns.append(turn(float(res["reward"]), res["obs"]))
+        ep.terminated = bool(res["terminated"])
+        ep.truncated = bool(res["truncated"])
+        ep.done = ep.terminated or ep.truncated
+      if not ep.done and len(ep.turns) >= max_turns:
+        ep.done, ep.truncated = True, True
+
   # Fixed groups, each advancing turn by turn on its own: group g's sandbox
-  # step runs in the worker while the other group samples.
-  everyone = list(range(len(episodes)))
+  # calls run in the worker while the other group samples.
+  everyone = list(range(len(live)))
   groups = [everyone[0::2], everyone[1::2]] if overlap else [everyone]
   pending: list[Any] = [None] * len(groups)
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
@@ -323,14 +429,14 @@ def run_episodes(
           stats.sandbox_s += seconds
           apply(ids, prompts, outs, results)
           pending[g] = None
-        ids = [i for i in members if not episodes[i].done]
+        ids = [i for i in members if not live[i].done]
         if ids and turn < max_turns:
           prompts, outs = sample(ids, turn, g)
-          pending[g] = (ids, prompts, outs, worker.submit(step, ids, outs))
+          pending[g] = (ids, prompts, outs, worker.submit(execute, ids, outs))
       if progress is not None and turn < max_turns:
         progress(
             f"turn {turn + 1}/{max_turns}: "
-            f"{sum(not e.done for e in episodes)} episodes still live"
+            f"{sum(not e.done for e in live)} episodes still live"
         )
   wall = time.perf_counter() - t0
   # The main thread only samples or waits, so whatever of the sandbox time
@@ -338,5 +444,5 @@ def run_episodes(
   stats.sandbox_hidden_s = min(
       stats.sandbox_s, max(0.0, stats.sampling_s + stats.sandbox_s - wall)
   )
-  executor.close(list(range(len(episodes))))
-  return episodes, stats
+  executor.close(list(range(len(live))))
+  return [ep.freeze() for ep in live], stats

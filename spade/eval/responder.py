@@ -25,6 +25,7 @@ from spade.eval import runner
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
+from spade.sampling import shapes
 
 
 # Samplers by (model config, ids, mesh): `run_suites` builds a responder at
@@ -54,13 +55,6 @@ def _agent_sampler(config, tokenizer, mesh) -> sampler_lib.Sampler:
         rules=rules,
     )
   return _SAMPLERS[key]
-
-
-def _bucket(n: int, cap: int) -> int:
-  size = 64
-  while size < n:
-    size *= 2
-  return min(size, cap)
 
 
 class ModelResponder:
@@ -132,7 +126,9 @@ class ModelResponder:
       ]
       # Filler rows repeat the last prompt so the batch shape never changes.
       rows = ids + [ids[-1]] * (self.batch_size - len(ids))
-      length = _bucket(max(len(r) for r in rows), self.max_prompt_tokens)
+      length = shapes.bucket(
+          max(len(r) for r in rows), minimum=64, cap=self.max_prompt_tokens
+      )
       tokens, lengths = sampler_lib.left_pad(
           rows, length, self._tokenizer.pad_id
       )

@@ -85,16 +85,30 @@ class Tokenizer:
   def chat_prompt(self, messages: Sequence[dict]) -> str:
     """Renders `messages` (dicts with `role` and `content`) for generation.
 
-    Roles are "system", "user" and "assistant". The text ends with the opener
-    of the assistant's turn; encode it with `add_bos=True`.
+    Roles are "system", "user", "assistant" and "tool". The text ends with
+    the opener of the assistant's turn; encode it with `add_bos=True`.
+    Tool results are rendered as Qwen2.5's chat template renders them: one
+    user turn holding a `<tool_response>` block per consecutive tool message.
     """
+    merged: list[dict] = []
     for m in messages:
-      if m.get("role") not in ("system", "user", "assistant"):
+      role = m.get("role")
+      if role not in ("system", "user", "assistant", "tool"):
         raise ValueError(
-            f"chat message role {m.get('role')!r} must be 'system', 'user' or "
-            "'assistant'"
+            f"chat message role {role!r} must be 'system', 'user',"
+            " 'assistant' or 'tool'"
         )
-    return self._chat_prompt(list(messages))
+      if role != "tool":
+        merged.append(m)
+        continue
+      block = f"<tool_response>\n{m['content']}\n</tool_response>"
+      if merged and merged[-1].get("tool"):
+        merged[-1] = dict(
+            merged[-1], content=merged[-1]["content"] + "\n" + block
+        )
+      else:
+        merged.append({"role": "user", "content": block, "tool": True})
+    return self._chat_prompt(merged)
 
   def _encode(self, text: str) -> list[int]:
     raise NotImplementedError

@@ -1,7 +1,8 @@
 """Group-normalised (GRPO-style) advantages for the two roles.
 
 An advantage is (r - mean_g) / (std_g + eps) over the members of r's group g,
-with the population standard deviation (ddof 0). A group with one member or
+with the population standard deviation (ddof 0), or only r - mean_g with
+`normalize=False` (the reference's setting for both roles). A group with one member or
 with all-equal rewards carries no preference between its members, so its
 advantages are exactly 0 rather than noise amplified by a tiny std.
 
@@ -32,20 +33,23 @@ Array = jax.Array
 _CONSTANT_STD = 1e-6
 
 
-def _normalise(r, member, count, mean, var, eps):
+def _normalise(r, member, count, mean, var, eps, normalize=True):
   std = jnp.sqrt(jnp.maximum(var, 0.0))
   informative = (count >= 2) & (std > _CONSTANT_STD)
-  adv = (r - mean) / (std + eps)
+  adv = (r - mean) / (std + eps) if normalize else r - mean
   return jnp.where(member & informative, adv, 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("eps", "separate_arms"))
+@functools.partial(
+    jax.jit, static_argnames=("eps", "separate_arms", "normalize")
+)
 def agent_advantages(
     returns: Array,
     mask: Array,
     *,
     eps: float = 1e-6,
     separate_arms: bool = False,
+    normalize: bool = True,
 ) -> Array:
   """Per-environment normalised advantages of the agent's episodes.
 
@@ -54,6 +58,8 @@ def agent_advantages(
     mask: bool[E, K, 2], True where the episode exists.
     eps: added to the std.
     separate_arms: normalise each (environment, arm) on its own.
+    normalize: divide by the group's std (GRPO); False only centres (the
+      reference runs GRPO with `--disable-grpo-std-normalization`).
 
   Returns:
     f32[E, K, 2]; 0 at masked episodes and in singleton/constant groups.
@@ -70,12 +76,17 @@ def agent_advantages(
   var = jnp.sum(m * (r - mean) ** 2, axis=axes, keepdims=True) / jnp.maximum(
       count, 1.0
   )
-  return _normalise(r, mask, count, mean, var, eps)
+  return _normalise(r, mask, count, mean, var, eps, normalize)
 
 
-@functools.partial(jax.jit, static_argnames=("eps",))
+@functools.partial(jax.jit, static_argnames=("eps", "normalize"))
 def group_advantages(
-    rewards: Array, group_ids: Array, mask: Array, *, eps: float = 1e-6
+    rewards: Array,
+    group_ids: Array,
+    mask: Array,
+    *,
+    eps: float = 1e-6,
+    normalize: bool = True,
 ) -> Array:
   """Normalised advantages within groups given by integer ids.
 
@@ -85,6 +96,8 @@ def group_advantages(
     group_ids: int[N]; equal ids share a baseline (any integer values).
     mask: bool[N], False for padding rows, which join no group.
     eps: added to the std.
+    normalize: divide by the group's std; False only centres (the
+      reference centres designer rewards per skill, no std division).
 
   Returns:
     f32[N]; 0 at masked rows and in singleton/constant groups.
@@ -104,4 +117,4 @@ def group_advantages(
   var = jnp.sum(same * (r[None, :] - mean[:, None]) ** 2, axis=1) / jnp.maximum(
       count, 1.0
   )
-  return _normalise(r, mask, count, mean, var, eps)
+  return _normalise(r, mask, count, mean, var, eps, normalize)

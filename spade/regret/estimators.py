@@ -33,9 +33,6 @@ RewardFn = Callable[[Array, Array, Array], Array]
 NO_HINT = 0
 HINT = 1
 
-# Names accepted by `designer_reward` (config.regret.estimator).
-ESTIMATORS = ("hint", "max", "learnability", "lcb", "reference")
-
 
 def _check(returns: Array, mask: Array, valid: Array) -> None:
   """Raises a clear error for shapes that cannot be returns/mask/valid."""
@@ -215,18 +212,31 @@ def _settings(regret_config) -> dict:
   return out
 
 
-def _scores(name: str, s: dict) -> Callable[[Array, Array], Array]:
-  """The valid-environment score function registered under `name`."""
-  if name == "hint":
-    return hint_regret
-  if name == "max":
-    return max_regret
-  if name == "learnability":
-    return learnability
-  if name == "lcb":
-    return functools.partial(beta_lcb_regret, quantile=s["lcb_quantile"])
-  if name == "reference":
-    return functools.partial(
+# The registry: name -> factory(settings) -> score fn(returns, mask) -> f32[E]
+# for valid environments. `register_estimator` adds one.
+_REGISTRY: dict[str, Callable[[dict], Callable[[Array, Array], Array]]] = {}
+
+
+def register_estimator(name: str):
+  """Registers `factory(settings) -> fn(returns, mask)` under `name`."""
+
+  def wrap(factory):
+    if name in _REGISTRY:
+      raise ValueError(f"regret estimator {name!r} is already registered")
+    _REGISTRY[name] = factory
+    return factory
+
+  return wrap
+
+
+register_estimator("hint")(lambda s: hint_regret)
+register_estimator("max")(lambda s: max_regret)
+register_estimator("learnability")(lambda s: learnability)
+register_estimator("lcb")(
+    lambda s: functools.partial(beta_lcb_regret, quantile=s["lcb_quantile"])
+)
+register_estimator("reference")(
+    lambda s: functools.partial(
         reference_reward,
         regret_weight=s["regret_weight"],
         regret_scale=s["regret_scale"],
@@ -235,10 +245,26 @@ def _scores(name: str, s: dict) -> Callable[[Array, Array], Array]:
         plateau_hi=s["plateau_hi"],
         plateau_ramp=s["plateau_ramp"],
     )
-  raise ValueError(
-      f"unknown regret estimator {name!r}; set config.regret.estimator to one"
-      f" of {ESTIMATORS}"
-  )
+)
+
+
+def estimator_names() -> tuple[str, ...]:
+  """The registered estimator names (`config.regret.estimator`)."""
+  return tuple(_REGISTRY)
+
+
+# Names accepted by `designer_reward` (config.regret.estimator).
+ESTIMATORS = estimator_names()
+
+
+def _scores(name: str, s: dict) -> Callable[[Array, Array], Array]:
+  """The valid-environment score function registered under `name`."""
+  if name not in _REGISTRY:
+    raise ValueError(
+        f"unknown regret estimator {name!r}; set config.regret.estimator to"
+        f" one of {estimator_names()}"
+    )
+  return _REGISTRY[name](s)
 
 
 def designer_reward(

@@ -48,6 +48,7 @@ import numpy as np
 
 from spade import config as config_lib
 from spade.model import sharding
+from spade.sampling import shapes
 
 Array = jax.Array
 
@@ -93,10 +94,7 @@ def left_pad(
 
 def bucket(n: int, minimum: int = 8) -> int:
   """The smallest power of two >= max(n, minimum): bounds recompiles."""
-  size = minimum
-  while size < n:
-    size *= 2
-  return size
+  return shapes.bucket(n, minimum=minimum)
 
 
 def _categorical(key: Array, logits: Array) -> Array:

@@ -18,29 +18,22 @@ import dataclasses
 
 import numpy as np
 
+from spade.sampling import shapes
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(frozen=True)
 class Row:
   """One sampled completion with its prompt and advantage."""
 
-  prompt_ids: list[int]
-  completion_ids: list[int]
-  logprobs: list[float]
+  prompt_ids: tuple[int, ...]
+  completion_ids: tuple[int, ...]
+  logprobs: tuple[float, ...]
   advantage: float
 
-
-def _bucket(n: int, minimum: int = 64, step: int = 256) -> int:
-  """Powers of two up to `step`, then multiples of `step`.
-
-  Few shapes to compile, and a 770-token row pads to 1024, not 2048 (the
-  update's activation memory grows with the square of the length).
-  """
-  size = minimum
-  while size < n and size < step:
-    size *= 2
-  if size >= n:
-    return size
-  return -(-n // step) * step
+  def __post_init__(self):
+    # Tuples, so a row is hashable, comparable and safe to share.
+    for name in ("prompt_ids", "completion_ids", "logprobs"):
+      object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
 def make_batch(
@@ -54,8 +47,9 @@ def make_batch(
   """Pads rows into the update's batch dict (see `spade.train.update`).
 
   Args:
-    rows: the rows; a row longer than `max_len` keeps its whole completion
-      and the end of its prompt (the completion is what is trained).
+    rows: the rows. Each is scored exactly as it was sampled: prompt plus
+      completion must fit `max_len` (the sampler's prompt budget guarantees
+      it), and a row that does not is an error, never cut.
     max_len: the model's maximum sequence length.
     pad_id: the tokenizer's pad id.
     row_multiple: the row count is rounded up to a multiple of this.
@@ -68,17 +62,33 @@ def make_batch(
   """
   clipped = []
   for r in rows:
-    completion = list(r.completion_ids)[:max_len]
-    logprobs = list(r.logprobs)[: len(completion)]
-    room = max_len - len(completion)
-    prompt = list(r.prompt_ids)[-room:] if room > 0 else []
-    clipped.append((prompt, completion, logprobs, r.advantage))
-  length = _bucket(max((len(p) + len(c) for p, c, _, _ in clipped), default=1))
+    if len(r.prompt_ids) + len(r.completion_ids) > max_len:
+      raise ValueError(
+          f"a row of {len(r.prompt_ids)} prompt and {len(r.completion_ids)}"
+          f" completion tokens exceeds model.max_len={max_len}; prompts must"
+          " come from the sampler's prompt budget (spade.agent.prompts."
+          "prompt_budget), which leaves room for the completion"
+      )
+    clipped.append(
+        (
+            list(r.prompt_ids),
+            list(r.completion_ids),
+            list(r.logprobs),
+            r.advantage,
+        )
+    )
+  # Few shapes to compile, and a 770-token row pads to 1024, not 2048 (the
+  # update's activation memory grows with the square of the length).
+  length = shapes.bucket(
+      max((len(p) + len(c) for p, c, _, _ in clipped), default=1),
+      minimum=64,
+      step=256,
+  )
   length = min(length, max_len)
   # Rows too go to a power of two (then a multiple of the batch shards): the
   # number of turns played changes every iteration, the compiled shapes
   # should not.
-  n = _bucket(max(len(clipped), min_rows or 0, 1), minimum=1, step=1 << 30)
+  n = shapes.bucket(max(len(clipped), min_rows or 0, 1), minimum=1)
   n = -(-n // row_multiple) * row_multiple
   tokens = np.full((n, length), pad_id, np.int32)
   positions = np.zeros((n, length), np.int32)

@@ -1,8 +1,10 @@
-"""The curriculum state the loop carries: grounding cursor and memory archive.
+"""The loop state: grounding cursor, memory archive (with its replay
+buffer) and the delayed designer rows.
 
-Both are plain host-side state, identical on every process (every process
-makes the same calls in the same order), saved as one JSON item in the
-checkpoint and mirrored to `WORKDIR/memory.json` for `spade.memory.show`.
+All of it is plain host-side state, identical on every process (every process
+makes the same calls in the same order), saved whole as one JSON item in the
+checkpoint (so a resume continues exactly where the run was) and the archive
+mirrored to `WORKDIR/memory.json` for `spade.memory.show`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import jax
 import ml_collections
 
 from spade import grounding
+from spade.selfplay import batching
 from spade.memory import archive as archive_lib
 from spade.memory import dedup
 from spade.selfplay import multihost
@@ -35,6 +38,24 @@ class Curriculum:
           process_count=jax.process_count() if self._sharded else 1,
       )
     self.archive = archive_lib.Archive(config.memory)
+    # (iteration made, rows): designer rows waiting `optim.designer_delay`.
+    self.delayed: list[tuple[int, list[batching.Row]]] = []
+
+  def delay_designer_rows(
+      self, iteration: int, rows: list[batching.Row], delay: int
+  ) -> list[batching.Row]:
+    """Queues this iteration's designer rows; returns the rows now due.
+
+    Delayed rows keep the sampler's logprobs from when they were made, so
+    their importance ratios (truncated at `optim.max_importance_weight` in
+    the loss) correct for the staleness, as the reference's
+    `--spade-proposer-training-delay` does.
+    """
+    self.delayed.append((iteration, list(rows)))
+    due: list[batching.Row] = []
+    while self.delayed and self.delayed[0][0] + delay <= iteration:
+      due.extend(self.delayed.pop(0)[1])
+    return due
 
   def documents(self, n: int) -> list[Any]:
     """n grounding documents, or n Nones when grounding is off."""
@@ -104,6 +125,10 @@ class Curriculum:
     return {
         "corpus": self.corpus.state() if self.corpus is not None else None,
         "archive": self.archive.state_dict(),
+        "delayed": [
+            [it, [dataclasses.asdict(r) for r in rows]]
+            for it, rows in self.delayed
+        ],
     }
 
   def load(self, state: dict) -> None:
@@ -112,6 +137,10 @@ class Curriculum:
     self.archive = archive_lib.Archive.from_state_dict(
         self.config.memory, state["archive"]
     )
+    self.delayed = [
+        (int(it), [batching.Row(**r) for r in rows])
+        for it, rows in state.get("delayed", [])
+    ]
 
   def write_memory_file(self, workdir: str) -> None:
     """Mirrors the archive to WORKDIR/memory.json for the show CLI.

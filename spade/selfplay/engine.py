@@ -8,7 +8,8 @@ mesh and offers the host loop a few calls:
   agent_sampler(...)        the same, bound for the rollout engine
   validate(codes)           verdicts from the sandbox (sliced over processes)
   executor()                the rollout engine's sandbox executor
-  update(agent_rows, designer_rows, it)  one shared update step
+  prompt_budget(role)       the one prompt-length rule per role
+  update(agent_rows, designer_rows)  one shared update step
   warm_start(seeds, steps)  supervised stage on the seed library
 
 Sampling runs as one SPMD program over the global mesh: every process builds
@@ -18,7 +19,6 @@ processes), the sampler's outputs are gathered back to every host.
 
 from __future__ import annotations
 
-import collections
 import functools
 from typing import Any, Sequence
 
@@ -27,6 +27,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from spade.agent import prompts as agent_prompts
 from spade.agent import rollout
 from spade.environments import library
 from spade.model import checkpoints as model_checkpoints
@@ -34,6 +35,7 @@ from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
+from spade.sampling import shapes
 from spade.sandbox import pool as pool_lib
 from spade.selfplay import batching
 from spade.selfplay import multihost
@@ -44,13 +46,6 @@ _ROLES = {
     "designer": transformer.Role.DESIGNER,
     "agent": transformer.Role.AGENT,
 }
-
-
-def _pow2(n: int, minimum: int = 1) -> int:
-  size = minimum
-  while size < n:
-    size *= 2
-  return size
 
 
 class Engine:
@@ -79,7 +74,6 @@ class Engine:
     self._sft_step = None
     self._samplers = {}
     self._pool = None
-    self._delayed = collections.deque()
 
   # -- text -------------------------------------------------------------------
 
@@ -118,17 +112,26 @@ class Engine:
     """Samples a completion for every prompt (same result on every process).
 
     Prompts are padded to a power-of-two batch (a multiple of the mesh's
-    batch axes) and length bucket so few shapes are compiled.
+    batch axes) and length bucket so few shapes are compiled. A prompt must
+    already fit `model.max_len - max_new_tokens` (the callers cut them with
+    `prompt_budget`'s rule); one that does not is an error, never cut here,
+    so the trainer later scores a completion in exactly its sampled context.
     """
     if not prompts:
       return []
     c = self.config
     room = c.model.max_len - max_new_tokens
-    prompts = [list(p)[-room:] for p in prompts]
+    longest = max(len(p) for p in prompts)
+    if longest > room:
+      raise ValueError(
+          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
+          f" tokens in model.max_len={c.model.max_len}; cut prompts to"
+          " Engine.prompt_budget(role) first"
+      )
+    prompts = [list(p) for p in prompts]
     n = len(prompts)
     batch_axes = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    rows = max(_pow2(n), batch_axes)
-    rows = -(-rows // batch_axes) * batch_axes
+    rows = shapes.round_up(max(shapes.bucket(n), batch_axes), batch_axes)
     padded = prompts + [[self.tokenizer.pad_id]] * (rows - n)
     out = self._sampler(role)(
         self.state.params,
@@ -146,6 +149,21 @@ class Engine:
       lp = logprobs[i, : lengths[i]].astype(float).tolist()
       results.append((ids, lp, self.tokenizer.decode(ids)))
     return results
+
+  def prompt_budget(self, role: str) -> int:
+    """The prompt tokens a `role` reply may be sampled from (one rule)."""
+    c = self.config
+    if role == "agent":
+      return agent_prompts.prompt_budget(
+          c.agent.max_context, c.model.max_len, c.agent.max_new_tokens
+      )
+    if role == "designer":
+      return agent_prompts.prompt_budget(
+          c.designer.max_prompt_tokens,
+          c.model.max_len,
+          c.designer.max_new_tokens,
+      )
+    raise ValueError(f"unknown role {role!r}; 'agent' or 'designer'")
 
   def agent_sampler(self, *, max_new_tokens: int, temperature: float):
     """The rollout engine's `TokenSampler` for the agent head."""
@@ -212,25 +230,14 @@ class Engine:
       self,
       agent_rows: list[batching.Row],
       designer_rows: list[batching.Row],
-      iteration: int,
   ) -> dict[str, float]:
-    """One shared update; designer rows wait `optim.designer_delay` iterations.
-
-    Delayed designer rows keep the sampler's logprobs from when they were
-    made, so their importance ratios (truncated at
-    `optim.max_importance_weight` in the loss) correct for the staleness.
-    """
-    delay = self.config.optim.designer_delay
-    self._delayed.append((iteration, designer_rows))
-    due: list[batching.Row] = []
-    while self._delayed and self._delayed[0][0] + delay <= iteration:
-      due.extend(self._delayed.popleft()[1])
-    batch = {"agent": self._batch(agent_rows), "designer": self._batch(due)}
+    """One shared update of both heads on the given rows."""
+    batch = {
+        "agent": self._batch(agent_rows),
+        "designer": self._batch(designer_rows),
+    }
     self.state, metrics = self.update_step(self.state, self._global(batch))
-    out = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    out["update/agent_rows"] = float(len(agent_rows))
-    out["update/designer_rows"] = float(len(due))
-    return out
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
 
   def warm_start(self, seeds: Sequence[Any], steps: int) -> None:
     """Supervised stage: designer learns prompt -> program, agent solutions."""
@@ -249,17 +256,33 @@ class Engine:
       except Exception as e:  # pylint: disable=broad-except
         logging.warning("seed %s has no replayable solution: %s", seed.name, e)
         continue
-      from spade.agent import prompts as agent_prompts  # pylint: disable=g-import-not-at-top
-
       # episode: (observation the action answered, action), in order.
       first = episode[0][0] if episode else ""
       for i, (_, action) in enumerate(episode):
-        ids = self.render(agent_prompts.history_messages(first, None, history))
+        ids = agent_prompts.truncate_messages(
+            agent_prompts.history_messages(first, None, history),
+            self.render,
+            self.prompt_budget("agent"),
+        )
         agent_rows.append(
             batching.Row(ids, self.tokenizer.encode(action), [], 1.0)
         )
         after = episode[i + 1][0] if i + 1 < len(episode) else ""
         history.append((action, after))
+    # A supervised row is trained whole or not at all: a program or move cut
+    # to fit would teach a broken one.
+    fits = (
+        lambda r: len(r.prompt_ids) + len(r.completion_ids) <= c.model.max_len
+    )
+    dropped = sum(not fits(r) for r in designer_rows + agent_rows)
+    if dropped:
+      logging.warning(
+          "warm start: %d rows longer than model.max_len=%d left out",
+          dropped,
+          c.model.max_len,
+      )
+    designer_rows = [r for r in designer_rows if fits(r)]
+    agent_rows = [r for r in agent_rows if fits(r)]
     if self._sft_step is None:
       self._sft_step = update_lib.make_sft_step(
           self.model, self.optimizer, self.mesh, c

@@ -1,26 +1,30 @@
 """The SPADE host loop: design, validate, play, score, update, remember, save.
 
-One iteration (see DESIGN.md):
+One iteration (see DESIGN.md); each phase makes typed records
+(`spade.selfplay.records`) that the next phase reads and never edits:
 
-  1. designer  grounding documents + memory examples -> prompts -> sampled
-               programs (designer head) -> validated in the sandbox -> kept in
-               the archive (near-duplicates rejected) -> hints (the program's
-               `hint()`, else one the model writes from the code at
-               `designer.hint_temperature`).
-  2. agent     K episodes without and K with the hint for every playable
-               environment (new valid designs, replayed archive entries, and,
-               when `designer.use_seed_programs` is set and too few designs
-               are valid, seed-library programs), all advancing together.
-  3. regret    returns R[env, k, hinted] -> designer rewards and advantages in
-               jitted reductions (spade.regret).
-  4. update    one jitted, sharded, donated step on the shared parameters
-               (spade.train.update).
+  1. design    grounding documents + memory examples -> prompts -> sampled
+               programs (designer head) -> `Verdict`s from the sandbox ->
+               hints written for valid programs (before archiving, so a
+               replay keeps them) -> archived (near-duplicates rejected) ->
+               `Design`s.
+  2. play      `Environment`s (new valid designs, archive replays, the fixed
+               pool or seed programs) -> K episodes without and K with the
+               hint each, all advancing together -> `Episode`s.
+  3. score     returns R[env, k, hinted] -> `Scores`: regret, designer
+               rewards and advantages, in one jitted function
+               (spade.regret.scoring).
+  4. update    rows with signal only (advantage != 0) -> one jitted, sharded,
+               donated update of the shared parameters (spade.train.update);
+               designer rows wait `optim.designer_delay` iterations in the
+               loop state; an iteration without signal skips the update.
   5. memory, metrics (metrics.jsonl + TensorBoard), programs and verdicts
      under WORKDIR/programs/iter_NNNNNN/, and an orbax checkpoint of the whole
-     state every `train.checkpoint_every` iterations.
+     state (train state + loop state) every `train.checkpoint_every`
+     iterations.
 
 `train.mode="fixed_pool"` is the baseline: no designer; the agent plays the
-seed library alone with the same compute.
+programs of `train.pool_dir` (or the seed library) with the same compute.
 
 Starting again on the same workdir resumes from the newest checkpoint.
 """
@@ -28,6 +32,7 @@ Starting again on the same workdir resumes from the newest checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -40,33 +45,21 @@ import ml_collections
 import numpy as np
 import tqdm
 
+from spade.agent import prompts as rollout_prompts
 from spade.agent import rollout
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.environments import library
 from spade.eval import runner as eval_runner
-from spade.regret import advantages as adv_lib
-from spade.regret import estimators
+from spade.regret import scoring as regret_scoring
 from spade.selfplay import batching
-from spade.train import checkpoints
 from spade.selfplay import curriculum as curriculum_lib
 from spade.selfplay import engine as engine_lib
 from spade.selfplay import metrics as metrics_lib
-from spade.selfplay import multihost
+from spade.selfplay import records
+from spade.train import checkpoints
 
 PROGRAMS_DIR = "programs"
-
-
-@dataclasses.dataclass
-class Playable:
-  """An environment the agent plays this iteration."""
-
-  source: str
-  origin: str  # "design" | "replay" | "seed"
-  hint: str | None  # a written hint; None: ask the environment's hint()
-  design_index: int | None = None  # index into this iteration's designs
-  archive_id: str | None = None
-  name: str = ""
 
 
 def _log(fmt: str, *args) -> None:
@@ -82,7 +75,7 @@ def _seed_for(*parts: Any) -> int:
 
 
 class Trainer:
-  """Holds the run's services and state; `run()` iterates to the end."""
+  """The run: a policy engine, a sandbox pool, the loop state; `run()`."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config = config
@@ -96,37 +89,40 @@ class Trainer:
         workdir, keep=config.train.keep_checkpoints
     )
     self.writer = metrics_lib.MetricWriter(workdir)
-    self.curriculum = curriculum_lib.Curriculum(config)
+    self.state = curriculum_lib.Curriculum(config)
     self.start = 0
     restored = checkpoints.restore_latest(
         self.manager, checkpoints.abstract_like(self.engine.state)
     )
     if restored is not None:
-      step, state, curriculum = restored
+      step, state, loop_state = restored
       self.engine.state = state
-      self.curriculum.load(curriculum)
+      self.state.load(loop_state)
       self.start = step
       self.writer.drop_after(step)
       logging.info("resumed from %s at iteration %d", workdir, step)
     self.seeds = [
         p for p in library.seed_programs() if not getattr(p, "heldout", False)
     ]
+    self._pool_programs = None
+    self._warned_prompt_cut = False
 
   # -- phases ---------------------------------------------------------------
 
-  def design(self, it: int, timer: dict) -> tuple[list[dict], dict]:
-    """Samples, extracts, validates and archives this iteration's programs."""
+  def design(self, it: int, timer: dict) -> tuple[list[records.Design], dict]:
+    """Samples, extracts, validates, hints and archives this iteration's
+    programs; returns them as frozen `Design`s."""
     c = self.config
     group = max(1, c.designer.samples_per_prompt)
     num_prompts = max(1, c.designer.num_envs // group)
-    docs = self.curriculum.documents(num_prompts)
+    docs = self.state.documents(num_prompts)
     prompts, groups, doc_ids, parents = [], [], [], []
     mutate = np.random.default_rng(_seed_for(c.seed, it, "mutate"))
     for g, doc in enumerate(docs):
-      examples = self.curriculum.examples(doc, c.memory.num_examples)
+      examples = self.state.examples(doc, c.memory.num_examples)
       parent = None
       if mutate.random() < c.memory.mutation_fraction:
-        parent = self.curriculum.mutation_parent(_seed_for(c.seed, it, g))
+        parent = self.state.mutation_parent(_seed_for(c.seed, it, g))
       ids = self._designer_prompt(doc, examples, parent)
       for _ in range(group):
         prompts.append(ids)
@@ -160,80 +156,105 @@ class Trainer:
     )
     codes = [extract.extract_code(text) for _, _, text in samples]
     t = time.perf_counter()
-    verdicts = self.engine.validate(codes)
+    verdicts = [
+        _required(records.Verdict.from_dict(v), c)
+        for v in self.engine.validate(codes)
+    ]
     timer["sandbox"] += time.perf_counter() - t
     _log(
         "iteration %d: %d/%d programs valid (%.1fs); reasons: %s",
         it + 1,
-        sum(bool(v.get("valid")) for v in verdicts),
+        sum(v.valid for v in verdicts),
         len(verdicts),
         time.perf_counter() - t,
-        ", ".join(sorted({str(v.get("reason")) for v in verdicts})),
+        ", ".join(sorted({v.reason for v in verdicts})),
     )
+    # Hints are written before anything is archived, so the archive keeps
+    # them with the program and a replay plays its hinted arm.
+    verdicts = self._write_hints(it, codes, verdicts, timer)
     designs = []
     duplicates = 0
     for i, (code, verdict) in enumerate(zip(codes, verdicts)):
-      entry_id, dup_of = self.curriculum.archive_add(
-          code, verdict, it, doc_ids[i], parent=parents[i]
+      entry_id, dup_of = self.state.archive_add(
+          code, verdict.to_dict(), it, doc_ids[i], parent=parents[i]
       )
       if dup_of is not None:
         duplicates += 1
-        verdict = dict(
-            verdict,
-            valid=False,
-            reason="duplicate",
-            message=f"near-duplicate of {dup_of}",
-        )
+        verdict = verdict.rejected("duplicate", f"near-duplicate of {dup_of}")
       designs.append(
-          {
-              "code": code,
-              "verdict": verdict,
-              "group": groups[i],
-              "prompt_ids": prompts[i],
-              "completion_ids": samples[i][0],
-              "logprobs": samples[i][1],
-              "archive_id": entry_id,
-              "grounding_id": doc_ids[i],
-          }
+          records.Design(
+              index=i,
+              group=groups[i],
+              prompt_ids=tuple(prompts[i]),
+              completion_ids=tuple(samples[i][0]),
+              logprobs=tuple(samples[i][1]),
+              code=code,
+              verdict=verdict,
+              grounding_id=doc_ids[i],
+              parent_id=parents[i],
+              archive_id=entry_id,
+          )
       )
-    # Hints the model writes for valid programs without their own hint().
-    need = [
-        d
-        for d in designs
-        if d["verdict"].get("valid") and not d["verdict"].get("has_hint")
-    ]
-    if need:
-      _log("iteration %d: writing %d hints", it + 1, len(need))
-      t = time.perf_counter()
-      outs = self.engine.sample(
-          [
-              self.engine.render(designer_prompts.hint_messages(d["code"]))
-              for d in need
-          ],
-          role="designer",
-          max_new_tokens=c.designer.hint_max_new_tokens,
-          temperature=c.designer.hint_temperature,
-          seed=_seed_for(c.seed, it, "hint"),
-      )
-      timer["sampling"] += time.perf_counter() - t
-      for d, (_, _, text) in zip(need, outs):
-        d["hint"] = extract.clean_hint(text)
-        # Kept with the archived program so a replay can reuse it.
-        d["verdict"]["written_hint"] = d["hint"]
     return designs, {
         "memory/duplicates_this_iter": float(duplicates),
         "designer/mutations": float(sum(p is not None for p in parents)),
     }
 
-  def _designer_prompt(self, doc, examples, parent) -> list[int]:
-    """Renders a designer prompt within `designer.max_prompt_tokens`.
+  def _write_hints(
+      self,
+      it: int,
+      codes: list[str],
+      verdicts: list[records.Verdict],
+      timer: dict,
+  ) -> list[records.Verdict]:
+    """Verdicts of valid programs with a written hint where one is needed.
 
-    The rule: drop memory examples (the last, i.e. least important, first),
-    then halve the grounding document until it fits; the instructions and the
-    contract are never cut. A prompt that still does not fit is cut from the
-    left as the last resort.
+    `designer.hint_source="writer"` (the reference: a separate hint pass for
+    every program) writes one for each valid program; "program" (ours) only
+    for programs without their own `hint()`.
     """
-    budget = self.config.designer.max_prompt_tokens
+    c = self.config
+    writer = c.designer.get("hint_source", "writer") == "writer"
+    need = [
+        i
+        for i, v in enumerate(verdicts)
+        if v.valid and (writer or not v.has_hint)
+    ]
+    if not need:
+      return verdicts
+    _log("iteration %d: writing %d hints", it + 1, len(need))
+    t = time.perf_counter()
+    outs = self.engine.sample(
+        [
+            self.engine.render(designer_prompts.hint_messages(codes[i]))
+            for i in need
+        ],
+        role="designer",
+        max_new_tokens=c.designer.hint_max_new_tokens,
+        temperature=c.designer.hint_temperature,
+        seed=_seed_for(c.seed, it, "hint"),
+    )
+    timer["sampling"] += time.perf_counter() - t
+    out = list(verdicts)
+    for i, (_, _, text) in zip(need, outs):
+      out[i] = out[i].with_hint(extract.clean_hint(text))
+    return out
+
+  def _designer_prompt(self, doc, examples, parent) -> list[int]:
+    """Renders a designer prompt within the designer's prompt budget.
+
+    The budget is min(`designer.max_prompt_tokens`, `model.max_len -
+    designer.max_new_tokens`). The rule: drop memory examples (the last,
+    i.e. least important, first), then halve the grounding document until it
+    fits; only a budget that cannot hold the instructions themselves cuts
+    them (from the left, keeping BOS), with a warning.
+    """
+    c = self.config
+    budget = rollout_prompts.prompt_budget(
+        c.designer.max_prompt_tokens,
+        c.model.max_len,
+        c.designer.max_new_tokens,
+    )
     examples = list(examples)
     while True:
       ids = self.engine.render(
@@ -246,33 +267,107 @@ class Trainer:
       elif doc is not None and len(doc.text) > 200:
         doc = dataclasses.replace(doc, text=doc.text[: len(doc.text) // 2])
       else:
+        # Last resort (tiny models): the instructions are cut from the left,
+        # keeping BOS. The cut happens once, here, so the sampler and the
+        # trainer both see exactly these ids.
+        if not self._warned_prompt_cut:
+          logging.warning(
+              "the designer's instructions take %d tokens, over its prompt"
+              " budget of %d (designer.max_prompt_tokens, model.max_len -"
+              " designer.max_new_tokens): cutting them from the left",
+              len(ids),
+              budget,
+          )
+          self._warned_prompt_cut = True
+        bos = self.engine.tokenizer.bos_id
+        if ids and ids[0] == bos:
+          return [bos] + ids[len(ids) - budget + 1 :]
         return ids[-budget:]
 
-  def playables(self, it: int, designs: list[dict]) -> list[Playable]:
+  def pool_programs(self) -> list[records.Environment]:
+    """The fixed pool: `train.pool_dir`'s programs, or the seed library.
+
+    A folder's programs are validated once, in the sandbox; invalid ones are
+    left out with their reasons logged, and a folder with no valid program
+    is an error.
+    """
+    if self._pool_programs is not None:
+      return self._pool_programs
+    c = self.config
+    if not c.train.pool_dir:
+      self._pool_programs = [
+          records.Environment(
+              source=p.source, origin="seed", hint=None, name=p.name
+          )
+          for p in self.seeds
+      ]
+      return self._pool_programs
+    folder = os.path.expanduser(c.train.pool_dir)
+    if not os.path.isdir(folder):
+      raise FileNotFoundError(
+          f"config.train.pool_dir={c.train.pool_dir!r} is not a folder; give a"
+          " folder of environment programs (*.py)"
+      )
+    paths = sorted(glob.glob(os.path.join(folder, "*.py")))
+    sources = []
+    for path in paths:
+      with open(path) as f:
+        sources.append(f.read())
+    verdicts = [
+        _required(records.Verdict.from_dict(v), c)
+        for v in self.engine.validate(sources)
+    ]
+    pool = []
+    for path, source, verdict in zip(paths, sources, verdicts):
+      name = os.path.basename(path)
+      if verdict.valid:
+        pool.append(records.Environment(source, "pool", None, name=name))
+      else:
+        logging.warning(
+            "pool program %s is invalid and left out: %s: %s",
+            path,
+            verdict.reason,
+            verdict.message[:300],
+        )
+    if not pool:
+      raise ValueError(
+          f"none of the {len(paths)} programs in {folder} is a valid"
+          " environment; check them with `python -m"
+          " spade.environments.check --json FILE...`"
+      )
+    _log(
+        "fixed pool: %d of %d programs in %s valid",
+        len(pool),
+        len(paths),
+        folder,
+    )
+    self._pool_programs = pool
+    return pool
+
+  def environments(
+      self, it: int, designs: list[records.Design]
+  ) -> list[records.Environment]:
     """The environments the agent plays this iteration."""
     c = self.config
     out = [
-        Playable(
-            source=d["code"],
+        records.Environment(
+            source=d.code,
             origin="design",
-            hint=d.get("hint"),
-            design_index=i,
-            archive_id=d["archive_id"],
+            hint=d.hint,
+            design_index=d.index,
+            archive_id=d.archive_id,
         )
-        for i, d in enumerate(designs)
-        if d["verdict"].get("valid")
+        for d in designs
+        if d.valid
     ]
     num_replay = int(round(c.memory.replay_fraction * c.designer.num_envs))
-    for entry in self.curriculum.replay(num_replay, it):
+    for entry in self.state.replay(num_replay, it):
+      verdict = records.Verdict.from_dict(entry.verdict)
       out.append(
-          Playable(
+          records.Environment(
               source=entry.code,
               origin="replay",
-              hint=(
-                  None
-                  if entry.verdict.get("has_hint")
-                  else entry.verdict.get("written_hint")
-              ),
+              hint=verdict.written_hint,
               archive_id=entry.id,
           )
       )
@@ -280,18 +375,14 @@ class Trainer:
     if c.train.mode == "fixed_pool" or (
         c.designer.use_seed_programs and fill > 0
     ):
+      pool = self.pool_programs()
       rng = np.random.default_rng(_seed_for(c.seed, it, "seeds"))
       count = c.designer.num_envs if c.train.mode == "fixed_pool" else fill
-      for j in rng.choice(len(self.seeds), size=count, replace=False):
-        seed = self.seeds[int(j)]
-        out.append(
-            Playable(
-                source=seed.source, origin="seed", hint=None, name=seed.name
-            )
-        )
+      picks = rng.choice(len(pool), size=count, replace=len(pool) < count)
+      out.extend(pool[int(j)] for j in picks)
     return out
 
-  def play(self, it: int, envs: list[Playable]):
+  def play(self, it: int, envs: list[records.Environment]):
     """K episodes with and K without the hint per environment."""
     c = self.config
     k = c.agent.episodes_per_env
@@ -310,7 +401,7 @@ class Trainer:
         len(specs),
         len(envs),
     )
-    episodes, stats = rollout.run_episodes(
+    return rollout.run_episodes(
         specs,
         self.engine.agent_sampler(
             max_new_tokens=c.agent.max_new_tokens,
@@ -319,20 +410,100 @@ class Trainer:
         self.engine.executor(),
         self.engine.render,
         max_turns=c.agent.max_turns,
-        max_context=c.agent.max_context,
+        max_context=self.engine.prompt_budget("agent"),
         seed=_seed_for(c.seed, it, "agent"),
         overlap=True,
         progress=lambda line: _log("iteration %d: %s", it + 1, line),
     )
+
+  def score(
+      self,
+      designs: list[records.Design],
+      envs: list[records.Environment],
+      episodes: list[records.Episode],
+  ) -> records.Scores:
+    """Returns, masks and every score of the iteration (one jitted call)."""
+    c = self.config
+    k = c.agent.episodes_per_env
     returns = np.zeros((max(len(envs), 1), k, 2), np.float32)
     mask = np.zeros_like(returns, bool)
     for ep in episodes:
-      h = int(ep.spec.hinted)
-      returns[ep.spec.env_index, ep.spec.sample, h] = ep.episode_return
-      mask[ep.spec.env_index, ep.spec.sample, h] = ep.error is None or bool(
-          ep.turns
+      h = int(ep.hinted)
+      returns[ep.env_index, ep.sample, h] = ep.episode_return(
+          c.agent.return_rule
       )
-    return episodes, stats, returns, mask
+      # An episode whose environment failed says nothing about the agent or
+      # the program's difficulty: it leaves its group.
+      mask[ep.env_index, ep.sample, h] = not ep.env_failed
+    valid_env = np.ones((returns.shape[0],), bool) & (len(envs) > 0)
+    design_of_env = np.full((returns.shape[0],), -1, np.int32)
+    for e, env in enumerate(envs):
+      if env.design_index is not None:
+        design_of_env[e] = env.design_index
+    out = jax.device_get(
+        regret_scoring.make_scorer(c)(
+            returns,
+            mask,
+            valid_env,
+            design_of_env,
+            np.array([d.valid for d in designs], bool),
+            np.array([d.group for d in designs], np.int32),
+        )
+    )
+    summary = {
+        k: float(out[k])
+        for k in ("return_hint", "return_nohint", "regret_mean", "num_episodes")
+    }
+    return records.Scores(
+        returns=returns,
+        mask=mask,
+        regret=np.asarray(out["regret"]),
+        env_score=np.asarray(out["env_score"]),
+        design_reward=np.asarray(out["design_reward"]),
+        designer_advantages=np.asarray(out["designer_advantages"]),
+        agent_advantages=np.asarray(out["agent_advantages"]),
+        summary=summary,
+    )
+
+  def rows(
+      self,
+      designs: list[records.Design],
+      episodes: list[records.Episode],
+      scores: records.Scores,
+  ) -> tuple[list[batching.Row], list[batching.Row], int]:
+    """Update rows with signal: (agent rows, designer rows, rows in all).
+
+    A row whose advantage is 0 (its group's returns were all equal) adds
+    nothing to the gradient, so it is not batched; episodes of a failed
+    environment and, unless `agent.train_on_hinted`, hinted episodes are
+    not trained on.
+    """
+    c = self.config
+    agent_rows, total = [], 0
+    for ep in episodes:
+      if ep.env_failed or (ep.hinted and not c.agent.train_on_hinted):
+        continue
+      a = float(
+          scores.agent_advantages[ep.env_index, ep.sample, int(ep.hinted)]
+      )
+      for turn in ep.turns:
+        if not turn.completion_ids:
+          continue
+        total += 1
+        if a != 0.0:
+          agent_rows.append(
+              batching.Row(
+                  turn.prompt_ids, turn.completion_ids, turn.logprobs, a
+              )
+          )
+    designer_rows = []
+    for d, a in zip(designs, scores.designer_advantages):
+      total += 1
+      if float(a) != 0.0:
+        designer_rows.append(
+            batching.Row(d.prompt_ids, d.completion_ids, d.logprobs, float(a))
+        )
+    return agent_rows, designer_rows, total
 
   # -- one iteration ----------------------------------------------------------
 
@@ -344,109 +515,57 @@ class Trainer:
     designs, extra = ([], {})
     if c.train.mode == "spade":
       designs, extra = self.design(it, timer)
-    envs = self.playables(it, designs)
-    episodes, stats, returns, mask = self.play(it, envs)
+    envs = self.environments(it, designs)
+    episodes, stats = self.play(it, envs)
     timer["sampling"] += stats.sampling_s
     timer["sandbox"] += stats.sandbox_s
-    valid_env = np.ones((returns.shape[0],), bool) & (len(envs) > 0)
-
-    # Designer rewards: every design gets one, invalid ones the penalty.
-    reward_fn = estimators.designer_reward(c.regret.estimator, c.regret)
-    env_scores = np.asarray(reward_fn(returns, mask, valid_env))
-    design_reward = np.full((len(designs),), c.regret.invalid_penalty, float)
-    for e, env in enumerate(envs):
-      if env.design_index is not None:
-        design_reward[env.design_index] = env_scores[e]
-    summary = {
-        k: float(v)
-        for k, v in estimators.summarize(returns, mask, valid_env).items()
-    }
-    hint_regret = np.asarray(estimators.hint_regret(returns, mask))
-
-    # Advantages and the update batch.
-    agent_adv = np.asarray(
-        adv_lib.agent_advantages(
-            returns,
-            mask,
-            eps=c.regret.advantage_eps,
-            separate_arms=c.regret.separate_arms,
-        )
+    scores = self.score(designs, envs, episodes)
+    agent_rows, designer_rows, total = self.rows(designs, episodes, scores)
+    due = self.state.delay_designer_rows(
+        it, designer_rows, c.optim.designer_delay
     )
-    agent_rows = []
-    for ep in episodes:
-      a = float(
-          agent_adv[ep.spec.env_index, ep.spec.sample, int(ep.spec.hinted)]
-      )
-      for turn in ep.turns:
-        if turn.completion_ids:
-          agent_rows.append(
-              batching.Row(
-                  turn.prompt_ids, turn.completion_ids, turn.logprobs, a
-              )
-          )
-    designer_rows = []
-    if designs:
-      d_adv = np.asarray(
-          adv_lib.group_advantages(
-              design_reward.astype(np.float32),
-              np.array([d["group"] for d in designs], np.int32),
-              np.ones((len(designs),), bool),
-              eps=c.regret.advantage_eps,
-          )
-      )
-      designer_rows = [
-          batching.Row(
-              d["prompt_ids"], d["completion_ids"], d["logprobs"], float(a)
-          )
-          for d, a in zip(designs, d_adv)
-      ]
-    _log(
-        "iteration %d: update on %d agent and %d designer rows",
-        it + 1,
-        len(agent_rows),
-        len(designer_rows),
-    )
+    signal = len(agent_rows) + len(designer_rows)
     t = time.perf_counter()
-    update_metrics = self.engine.update(agent_rows, designer_rows, it)
+    if agent_rows or due:
+      _log(
+          "iteration %d: update on %d agent and %d designer rows (%d of %d"
+          " rows this iteration carry signal)",
+          it + 1,
+          len(agent_rows),
+          len(due),
+          signal,
+          total,
+      )
+      update_metrics = self.engine.update(agent_rows, due)
+    else:
+      _log(
+          "iteration %d: no row carries signal (every group's returns were"
+          " equal); update skipped",
+          it + 1,
+      )
+      update_metrics = {"train/update_skipped": 1.0}
     timer["update"] += time.perf_counter() - t
-
-    # Memory: stats of everything played.
-    for e, env in enumerate(envs):
-      if env.archive_id is None:
-        continue
-      m = mask[e]
-      win = (
-          lambda h: float(returns[e, :, h][m[:, h]].mean())
-          if m[:, h].any()
-          else 0.0
-      )
-      self.curriculum.update_stats(
-          env.archive_id,
-          iteration=it,
-          regret=float(hint_regret[e]),
-          win_rate_hint=win(1),
-          win_rate_nohint=win(0),
-          episodes=int(m.sum()),
-      )
-    self._save_programs(it, designs, envs, returns, mask)
+    update_metrics.setdefault("train/update_skipped", 0.0)
+    update_metrics["update/agent_rows"] = float(len(agent_rows))
+    update_metrics["update/designer_rows"] = float(len(due))
+    self._remember(it, envs, scores)
+    self._save_programs(it, designs, envs, scores)
 
     reasons: dict[str, int] = {}
     for d in designs:
-      r = d["verdict"].get("reason", "unknown")
-      if not d["verdict"].get("valid"):
-        reasons[r] = reasons.get(r, 0) + 1
+      if not d.valid:
+        reasons[d.verdict.reason] = reasons.get(d.verdict.reason, 0) + 1
     lengths = [len(ep.turns) for ep in episodes] or [0]
+    summary = scores.summary
     out = {
         "designer/num_designs": float(len(designs)),
         "designer/valid_rate": (
-            float(np.mean([bool(d["verdict"].get("valid")) for d in designs]))
-            if designs
-            else 0.0
+            float(np.mean([d.valid for d in designs])) if designs else 0.0
         ),
-        "designer/reward_mean": float(design_reward.mean()) if designs else 0.0,
-        "designer/diversity": self.curriculum.diversity(
-            [d["code"] for d in designs]
+        "designer/reward_mean": (
+            float(scores.design_reward.mean()) if designs else 0.0
         ),
+        "designer/diversity": self.state.diversity([d.code for d in designs]),
         "regret/mean": summary["regret_mean"],
         "agent/return_hint": summary["return_hint"],
         "agent/return_nohint": summary["return_nohint"],
@@ -457,11 +576,18 @@ class Trainer:
         "agent/episode_errors": float(
             sum(ep.error is not None for ep in episodes)
         ),
+        "agent/env_failed_episodes": float(
+            sum(ep.env_failed for ep in episodes)
+        ),
+        "agent/tool_calls": float(stats.tool_calls),
         "agent/num_envs": float(len(envs)),
-        "agent/seed_envs": float(sum(e.origin == "seed" for e in envs)),
+        "agent/seed_envs": float(
+            sum(e.origin in ("seed", "pool") for e in envs)
+        ),
+        "train/rows_with_signal": float(signal),
+        "train/rows_total": float(total),
         "tokens/sampled": float(
-            stats.tokens_sampled
-            + sum(len(d["completion_ids"]) for d in designs)
+            stats.tokens_sampled + sum(len(d.completion_ids) for d in designs)
         ),
         "time/sampling_s": timer["sampling"],
         "time/sandbox_s": timer["sandbox"],
@@ -474,52 +600,59 @@ class Trainer:
     out.update(extra)
     out.update(update_metrics)
     out.update(
-        self.curriculum.metrics(
+        self.state.metrics(
             replayed=sum(e.origin == "replay" for e in envs), total=len(envs)
         )
     )
     return out
 
-  def _save_programs(self, it, designs, envs, returns, mask):
+  def _remember(self, it, envs, scores: records.Scores) -> None:
+    """Archive stats of every archived environment played."""
+    for e, env in enumerate(envs):
+      if env.archive_id is None:
+        continue
+      m = scores.mask[e]
+      self.state.update_stats(
+          env.archive_id,
+          iteration=it,
+          regret=float(scores.regret[e]),
+          win_rate_hint=_arm_mean(scores, e, 1) or 0.0,
+          win_rate_nohint=_arm_mean(scores, e, 0) or 0.0,
+          episodes=int(m.sum()),
+      )
+
+  def _save_programs(self, it, designs, envs, scores: records.Scores):
     if not self.config.train.save_programs or jax.process_index() != 0:
       return
     folder = os.path.join(self.workdir, PROGRAMS_DIR, f"iter_{it:06d}")
     os.makedirs(folder, exist_ok=True)
     index = []
-    for i, d in enumerate(designs):
-      name = f"design_{i:03d}.py"
+    for d in designs:
+      name = f"design_{d.index:03d}.py"
       with open(os.path.join(folder, name), "w") as f:
-        f.write(d["code"])
+        f.write(d.code)
       index.append(
           {
               "file": name,
-              "verdict": d["verdict"],
-              "hint": d.get("hint"),
-              "archive_id": d["archive_id"],
-              "grounding_id": d["grounding_id"],
+              "verdict": d.verdict.to_dict(),
+              "hint": d.hint,
+              "archive_id": d.archive_id,
+              "grounding_id": d.grounding_id,
+              "reward": float(scores.design_reward[d.index]),
+              "advantage": float(scores.designer_advantages[d.index]),
           }
       )
-    played = []
-    for e, env in enumerate(envs):
-      m = mask[e]
-      played.append(
-          {
-              "origin": env.origin,
-              "design_index": env.design_index,
-              "archive_id": env.archive_id,
-              "name": env.name,
-              "return_nohint": (
-                  float(returns[e, :, 0][m[:, 0]].mean())
-                  if m[:, 0].any()
-                  else None
-              ),
-              "return_hint": (
-                  float(returns[e, :, 1][m[:, 1]].mean())
-                  if m[:, 1].any()
-                  else None
-              ),
-          }
-      )
+    played = [
+        {
+            "origin": env.origin,
+            "design_index": env.design_index,
+            "archive_id": env.archive_id,
+            "name": env.name,
+            "return_nohint": _arm_mean(scores, e, 0),
+            "return_hint": _arm_mean(scores, e, 1),
+        }
+        for e, env in enumerate(envs)
+    ]
     with open(os.path.join(folder, "verdicts.json"), "w") as f:
       json.dump({"designs": index, "played": played}, f, indent=1)
 
@@ -558,7 +691,8 @@ class Trainer:
       )
       logging.info(
           "iteration %d: sampling %.1fs sandbox %.1fs (%.1fs hidden) update"
-          " %.1fs; valid %.2f regret %.3f return %.2f/%.2f",
+          " %.1fs; valid %.2f regret %.3f return %.2f/%.2f; %d/%d rows with"
+          " signal",
           step,
           m["time/sampling_s"],
           m["time/sandbox_s"],
@@ -568,14 +702,38 @@ class Trainer:
           m["regret/mean"],
           m["agent/return_nohint"],
           m["agent/return_hint"],
+          m["train/rows_with_signal"],
+          m["train/rows_total"],
       )
       if step % c.train.checkpoint_every == 0 or step == c.num_iterations:
         checkpoints.save(
-            self.manager, step, self.engine.state, self.curriculum.state()
+            self.manager, step, self.engine.state, self.state.state()
         )
-        self.curriculum.write_memory_file(self.workdir)
+        self.state.write_memory_file(self.workdir)
     self.writer.close()
     self.engine.close()
+
+
+def _arm_mean(scores: records.Scores, e: int, h: int) -> float | None:
+  """Mean return of environment e's arm h over its unmasked episodes."""
+  m = scores.mask[e, :, h]
+  return float(scores.returns[e, :, h][m].mean()) if m.any() else None
+
+
+def _required(
+    verdict: records.Verdict, config: ml_collections.ConfigDict
+) -> records.Verdict:
+  """The verdict, invalid when it lacks a property the config requires."""
+  require = tuple(config.get("environments", {}).get("require", ()) or ())
+  if not verdict.valid:
+    return verdict
+  for prop in require:
+    if not verdict.properties.get(prop, False):
+      return verdict.rejected(
+          f"requires_{prop}",
+          f"environments.require has {prop!r} and the program lacks it",
+      )
+  return verdict
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:

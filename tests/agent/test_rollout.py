@@ -4,6 +4,7 @@ import time
 
 from spade.agent import prompts
 from spade.agent import rollout
+from spade.model import tokenizer
 
 
 class CountEnv:
@@ -98,13 +99,14 @@ def test_hint_makes_the_difference():
       max_context=10_000,
       seed=0,
   )
-  by = {(e.spec.sample, e.spec.hinted): e for e in episodes}
+  by = {(e.sample, e.hinted): e for e in episodes}
   for s in range(2):
-    assert by[s, True].won and by[s, True].episode_return == 1.0
+    assert by[s, True].won and by[s, True].episode_return() == 1.0
     assert len(by[s, True].turns) == 3 + s  # target 3 or 4 +1 moves
     assert by[s, True].hint == "always +1"
     assert not by[s, False].won and len(by[s, False].turns) == 6
-    assert by[s, False].episode_return == 0.0
+    assert by[s, False].truncated and not by[s, False].terminated
+    assert by[s, False].episode_return() == 0.0
   assert stats.tokens_sampled == 3 * sum(len(e.turns) for e in episodes)
   assert sorted(executor.closed) == [0, 1, 2, 3]
 
@@ -130,6 +132,8 @@ def test_broken_env_and_crash_are_recorded():
   assert episodes[0].error == "init: bad" and not episodes[0].turns
   assert episodes[1].error == "step: environment crashed"
   assert len(episodes[1].turns) == 1
+  # Both are the environment's failures, not the agent's: masked later.
+  assert episodes[0].env_failed and episodes[1].env_failed
 
 
 def test_sandbox_time_hides_behind_sampling():
@@ -162,3 +166,148 @@ def test_truncation_drops_oldest_turns_but_keeps_task_and_hint():
   assert len(ids) <= 420
   assert "TASK" in text and "HINT" in text
   assert "obs49" in text and "obs0" not in text
+
+
+class ToolEnv:
+  """Adds up tool calls; `<answer>` submits (the reference's tool protocol)."""
+
+  def __init__(self):
+    self.total = 0
+    self.steps = 0
+
+  def execute_tool(self, name, arguments):
+    if name != "add":
+      return {"output": f"unknown tool {name}"}
+    self.total += int(arguments["n"])
+    return {"output": f"total={self.total}"}
+
+  def step(self, action):
+    self.steps += 1
+    if "raise" in action:
+      raise ValueError("the program's own bug")
+    won = f"<answer>{self.total}</answer>" in action and self.total == 6
+    return {
+        "ok": True,
+        "obs": "wrong",
+        "reward": 1.0 if won else 0.0,
+        "terminated": True,
+        "truncated": False,
+        "info": {},
+    }
+
+
+class ToolExecutor(FakeExecutor):
+  """Tool-use environments; `call` runs `execute_tool` as the pool does."""
+
+  def reset(self, items):
+    out = []
+    for eid, _, _, _ in items:
+      self.envs[eid] = ToolEnv()
+      out.append({"ok": True, "obs": "sum to 6", "hint": None, "tools": True})
+    return out
+
+  def step(self, items):
+    out = []
+    for eid, action in items:
+      try:
+        out.append(self.envs[eid].step(action))
+      except ValueError as e:
+        out.append({"ok": False, "reason": "exception", "message": str(e)})
+    return out
+
+  def call(self, items):
+    return [
+        {"ok": True, "value": getattr(self.envs[eid], m)(*args)}
+        for eid, m, args in items
+    ]
+
+
+def _scripted(replies):
+  """A sampler that plays `replies` in order, one per turn."""
+  turn = iter(replies)
+
+  def sample(prompts_ids, seed):
+    del seed
+    text = next(turn)
+    return [([7] * len(text), [-0.1] * len(text), text)] * len(prompts_ids)
+
+  return sample
+
+
+def test_a_reply_with_three_tool_calls_runs_them_all_as_one_turn():
+  calls = "".join(
+      f'<tool_call>{{"name": "add", "arguments": {{"n": {n}}}}}</tool_call>'
+      for n in (1, 2, 3)
+  )
+  executor = ToolExecutor()
+  chat = tokenizer.ByteTokenizer()
+  episodes, stats = rollout.run_episodes(
+      [rollout.EpisodeSpec(0, "src", 0, None)],
+      _scripted([calls, "<answer>6</answer>"]),
+      executor,
+      lambda m: chat.encode(chat.chat_prompt(m)),
+      max_turns=5,
+      max_context=10_000,
+      seed=0,
+  )
+  (ep,) = episodes
+  assert stats.tool_calls == 3 and len(ep.turns) == 2
+  assert ep.turns[0].tool_results == ("total=1", "total=3", "total=6")
+  assert ep.turns[0].reward == 0.0 and ep.turns[1].reward == 1.0
+  # The tool calls spent none of the environment's step() calls.
+  assert executor.envs[0].steps == 1
+  assert ep.terminated and ep.episode_return() == 1.0
+  # The second reply was sampled after the tool results, as tool messages.
+  seen = chat.decode(ep.turns[1].prompt_ids)
+  assert (
+      "### user\n<tool_response>\ntotal=1\n</tool_response>\n"
+      "<tool_response>\ntotal=3\n</tool_response>" in seen
+  )
+
+
+def test_a_step_that_raises_ends_the_episode_with_minus_one():
+  episodes, _ = rollout.run_episodes(
+      [rollout.EpisodeSpec(0, "src", 0, None)],
+      _scripted(["raise please"]),
+      ToolExecutor(),
+      render,
+      max_turns=5,
+      max_context=10_000,
+      seed=0,
+  )
+  (ep,) = episodes
+  assert not ep.env_failed and ep.terminated
+  assert ep.rewards == (-1.0,)
+  assert ep.episode_return("final_if_terminated") == -1.0
+  # Ours before: the total clipped to [0, 1] erased the penalty.
+  assert ep.episode_return("clipped_total") == 0.0
+
+
+def test_truncated_episode_returns_zero_under_the_reference_rule():
+  episodes, _ = rollout.run_episodes(
+      [rollout.EpisodeSpec(0, "src", 0, None)],
+      _scripted(["\\boxed{+1}"] * 2),
+      FakeExecutor(),
+      render,
+      max_turns=2,
+      max_context=10_000,
+      seed=0,
+  )
+  (ep,) = episodes
+  assert ep.truncated and not ep.terminated
+  assert ep.episode_return() == 0.0
+
+
+def test_truncation_never_cuts_the_system_message_or_the_hint():
+  # A first observation longer than the whole budget: the task text is
+  # shortened, the system message and the hint survive intact.
+  messages = prompts.history_messages("T" * 5000, "HINT", [])
+  ids = prompts.truncate_messages(messages, render, 600)
+  text = "".join(chr(i) for i in ids)
+  assert len(ids) <= 600
+  assert text.startswith(prompts.AGENT_SYSTEM) and "Hint: HINT" in text
+
+
+def test_prompt_budget_leaves_room_for_the_reply():
+  assert prompts.prompt_budget(768, 1024, 32) == 768
+  assert prompts.prompt_budget(4096, 1024, 512) == 512

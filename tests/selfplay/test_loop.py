@@ -29,7 +29,8 @@ REQUIRED = (
     "memory/size",
     "memory/duplicates_rejected",
     "memory/replay_fraction",
-    "train/loss",
+    "train/rows_with_signal",
+    "train/rows_total",
 )
 
 

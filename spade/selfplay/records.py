@@ -1,0 +1,162 @@
+"""Typed records of one self-play iteration; each is made once and flows one way.
+
+  Design       what the designer sampled: prompt and completion tokens, the
+               sampler's log-probs, the extracted program, its grounding and
+               parent, and its `Verdict`.
+  Verdict      the sandbox validator's judgement of one program (frozen; a
+               duplicate or a missing required property is a new Verdict made
+               with `rejected`, never an edit of the old one).
+  Environment  a program the agent plays this iteration (a new design, an
+               archive replay, or a fixed-pool/seed program) and its hint.
+  Turn/Episode what the agent sampled, token for token, and what the
+               environment answered (defined in `spade.agent.episodes`,
+               made by `spade.agent.rollout`, re-exported here).
+  Scores       regret, designer rewards and advantages, all from one jitted
+               function over the returns tensor (`spade.regret.scoring`).
+
+Nothing here is mutated after it is made: a later phase that learns more
+makes a new record (`dataclasses.replace`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+
+from spade.agent.episodes import Episode  # pylint: disable=unused-import
+from spade.agent.episodes import Turn  # pylint: disable=unused-import
+
+# Verdict keys with a field of their own; every other key the validator
+# reports (class name, description, solution text, timings, ...) is kept in
+# `Verdict.details`.
+_FIELDS = ("valid", "reason", "message", "has_hint", "properties")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """The validator's judgement of one program.
+
+  Attributes:
+    valid: playable under the run's config.
+    reason: a reason code ("ok", "syntax", "duplicate", ...).
+    message: what was wrong, for the designer's memory and the logs.
+    has_hint: the program defines its own `hint()`.
+    properties: recorded findings beyond acceptance (deterministic, solution
+      replayed, rewards in [0, 1], ...), which `environments.require` may
+      demand and a designer reward may use.
+    details: every other key of the validator's report.
+    written_hint: a hint written for the program by the hint pass (kept with
+      the verdict so a replay of the program reuses it).
+  """
+
+  valid: bool
+  reason: str
+  message: str = ""
+  has_hint: bool = False
+  properties: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+  details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  written_hint: str | None = None
+
+  @classmethod
+  def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
+    """From the validator's (or the archive's) JSON verdict."""
+    if "valid" not in d:
+      raise ValueError(
+          f"a verdict needs a 'valid' key; got keys {sorted(d)} (verdicts"
+          " come from SandboxPool.validate)"
+      )
+    details = {
+        k: v for k, v in d.items() if k not in _FIELDS + ("written_hint",)
+    }
+    return cls(
+        valid=bool(d["valid"]),
+        reason=str(d.get("reason") or ("ok" if d["valid"] else "unknown")),
+        message=str(d.get("message") or ""),
+        has_hint=bool(d.get("has_hint", False)),
+        properties=dict(d.get("properties") or {}),
+        details=details,
+        written_hint=d.get("written_hint"),
+    )
+
+  def to_dict(self) -> dict[str, Any]:
+    """The JSON form the archive and `verdicts.json` keep."""
+    out = dict(self.details)
+    out.update(
+        valid=self.valid,
+        reason=self.reason,
+        message=self.message,
+        has_hint=self.has_hint,
+        properties=dict(self.properties),
+    )
+    if self.written_hint is not None:
+      out["written_hint"] = self.written_hint
+    return out
+
+  def rejected(self, reason: str, message: str) -> "Verdict":
+    """This verdict turned invalid for `reason` (duplicate, requirement)."""
+    return dataclasses.replace(
+        self, valid=False, reason=reason, message=message
+    )
+
+  def with_hint(self, hint: str) -> "Verdict":
+    return dataclasses.replace(self, written_hint=hint)
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+  """One sampled program and everything the update and memory need of it."""
+
+  index: int  # position in this iteration's designs
+  group: int  # designs of one prompt (document, skill) share a baseline
+  prompt_ids: tuple[int, ...]
+  completion_ids: tuple[int, ...]
+  logprobs: tuple[float, ...]
+  code: str
+  verdict: Verdict
+  grounding_id: str | None = None
+  parent_id: str | None = None
+  archive_id: str | None = None
+  skill: str | None = None
+  attempt: int = 0  # retries of an invalid design (reference: repair)
+
+  @property
+  def valid(self) -> bool:
+    return self.verdict.valid
+
+  @property
+  def hint(self) -> str | None:
+    """The hint the agent's hinted arm sees; None: the program's `hint()`."""
+    return self.verdict.written_hint
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+  """An environment the agent plays this iteration."""
+
+  source: str
+  origin: str  # "design" | "replay" | "seed" | "pool"
+  hint: str | None  # a written hint; None: ask the environment's hint()
+  design_index: int | None = None
+  archive_id: str | None = None
+  name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+  """Everything scored from one iteration's returns (host numpy arrays).
+
+  returns/mask are f32/bool[E, K, 2] (index 0 without, 1 with the hint);
+  env_score and regret are per environment; design_reward and
+  designer_advantages per design; agent_advantages per episode slot.
+  """
+
+  returns: np.ndarray
+  mask: np.ndarray
+  regret: np.ndarray
+  env_score: np.ndarray
+  design_reward: np.ndarray
+  designer_advantages: np.ndarray
+  agent_advantages: np.ndarray
+  summary: Mapping[str, float]
