@@ -1,7 +1,9 @@
 """The one jitted, sharded, donated update of the shared parameters.
 
-`make_update_step` returns `update_fn(state, batch) -> (state, metrics)`: one
-optimizer step on the sum of the designer's and the agent's policy losses.
+`make_update_step` returns `update_fn(state, batch) -> (state, metrics)`:
+`config.optim.epochs` x `config.optim.num_minibatches` optimizer steps (one
+by default, as the reference takes per rollout) on the sum of the designer's
+and the agent's policy losses.
 Both roles run the same trunk (`spade.model.transformer`), the designer
 sub-batch through the designer head and the agent sub-batch through the agent
 head, so one gradient carries both. `make_sft_step` is the supervised
@@ -209,8 +211,89 @@ def _step_with(
   return new_state, metrics
 
 
+def _minibatch_rows(
+    batch: Batch, key: jax.Array, epochs: int, num_minibatches: int
+) -> dict[str, jax.Array]:
+  """Row indices of every optimizer step, per role: int32[E * M, rows / M].
+
+  Each epoch visits every row once, in a fresh random order (one permutation
+  per epoch and role), split into `num_minibatches` equal parts. One
+  minibatch needs no order: every epoch is then the whole batch in place.
+  """
+  rows_of = {}
+  for i, (name, sub) in enumerate(sorted(batch.items())):
+    rows = sub["tokens"].shape[0]
+    if num_minibatches == 1:
+      order = jnp.broadcast_to(jnp.arange(rows), (epochs, rows))
+    else:
+      keys = jax.random.split(jax.random.fold_in(key, i), epochs)
+      order = jax.vmap(lambda k, n=rows: jax.random.permutation(k, n))(keys)
+    rows_of[name] = order.reshape(
+        epochs * num_minibatches, rows // num_minibatches
+    ).astype(jnp.int32)
+  return rows_of
+
+
+def _steps_with(
+    loss_fn,
+    optimizer,
+    epochs: int,
+    num_minibatches: int,
+    state: state_lib.TrainState,
+    batch: Batch,
+) -> tuple[state_lib.TrainState, Metrics]:
+  """`epochs` x `num_minibatches` optimizer steps on one sampled batch.
+
+  A `lax.scan` over the steps, each on its minibatch of rows (gathered from
+  the batch by `_minibatch_rows`); `old_logprobs` stay the sampler's, so
+  after the first step the ratio moves away from 1 and the clip binds.
+  Metrics are means over the steps, except `num_tokens`, the tokens of one
+  pass over the batch; `train/optimizer_steps` counts the steps.
+  """
+  rng, key = jax.random.split(state.rng)
+  rows_of = _minibatch_rows(batch, key, epochs, num_minibatches)
+
+  def body(carry, rows):
+    params, opt_state = carry
+    mb = {
+        name: jax.tree.map(lambda x, r=rows[name]: x[r], dict(sub))
+        for name, sub in batch.items()
+    }
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, state.ref_params, mb
+    )
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = dict(metrics)
+    metrics["train/loss"] = loss
+    metrics["train/grad_norm"] = optax.tree.norm(grads)
+    metrics["train/update_norm"] = optax.tree.norm(updates)
+    return (params, opt_state), metrics
+
+  (params, opt_state), per_step = jax.lax.scan(
+      body, (state.params, state.opt_state), rows_of
+  )
+  metrics = {
+      k: jnp.sum(v) / epochs if k.endswith("num_tokens") else jnp.mean(v)
+      for k, v in per_step.items()
+  }
+  metrics["train/optimizer_steps"] = jnp.float32(epochs * num_minibatches)
+  new_state = state.replace(
+      params=params,
+      opt_state=opt_state,
+      step=state.step + epochs * num_minibatches,
+      rng=rng,
+  )
+  return new_state, metrics
+
+
 def _compile(
-    step, mesh, config, check_keys, needs_reference: bool = False
+    step,
+    mesh,
+    config,
+    check_keys,
+    needs_reference: bool = False,
+    num_minibatches: int = 1,
 ) -> UpdateFn:
   """jit with state/batch shardings and donation, behind a checking wrapper.
 
@@ -231,6 +314,13 @@ def _compile(
 
   def update_fn(state, batch):
     _check_batch(batch, check_keys, multiple)
+    for role, sub in batch.items():
+      if sub["tokens"].shape[0] % num_minibatches:
+        raise ValueError(
+            f"batch[{role!r}] has {sub['tokens'].shape[0]} rows, not a"
+            f" multiple of config.optim.num_minibatches={num_minibatches};"
+            " pad with zero-weight rows (make_batch(row_multiple=...))"
+        )
     if needs_reference and state.ref_params is None:
       raise ValueError(
           "config.optim.kl_coef > 0 needs reference params in the state:"
@@ -270,15 +360,21 @@ def make_update_step(
     mesh: the device mesh (axes named as in `config.mesh.rules`).
     config: the full config; reads `config.optim` (clip_low, clip_high,
       kl_coef, designer_loss_weight, agent_loss_weight, designer_delay,
-      max_importance_weight) and `config.mesh.rules`.
+      max_importance_weight, epochs, num_minibatches) and
+      `config.mesh.rules`.
 
   Returns:
     update_fn(state, batch) -> (new state, metrics). `batch` holds
     "designer" and "agent" sub-batches (module docstring); the state is
-    donated. Metrics are replicated scalars: train/loss, train/grad_norm,
-    train/update_norm and per role train/{role}_{loss, pg_loss, kl,
-    clip_frac, approx_kl, ratio_mean, num_tokens} (plus is_weight_mean and
-    is_truncated_frac for a delayed designer).
+    donated. One call takes `epochs` x `num_minibatches` optimizer steps:
+    each epoch shuffles the rows of each role and splits them into
+    `num_minibatches` minibatches (rows must divide evenly), all scored
+    against the sampler's `old_logprobs`, so the clip bounds how far the
+    policy moves. Metrics are replicated scalars, means over the steps:
+    train/loss, train/grad_norm, train/update_norm and per role
+    train/{role}_{loss, pg_loss, kl, clip_frac, approx_kl, ratio_mean,
+    num_tokens} (plus is_weight_mean and is_truncated_frac for a delayed
+    designer); num_tokens is one pass's; train/optimizer_steps the count.
   """
   o = config.optim
   use_kl = state_lib.keeps_reference(config)
@@ -323,8 +419,35 @@ def make_update_step(
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
     return total, metrics
 
-  step = functools.partial(_step_with, loss_fn, optimizer)
-  return _compile(step, mesh, config, _POLICY_KEYS, needs_reference=use_kl)
+  epochs, num_minibatches = o.get("epochs", 1), o.get("num_minibatches", 1)
+  if epochs < 1 or num_minibatches < 1:
+    raise ValueError(
+        f"config.optim.epochs={epochs} and num_minibatches={num_minibatches}"
+        " must be >= 1"
+    )
+  if epochs * num_minibatches == 1:
+    # The single step as it always was (no scan, no gather): bit-identical.
+    step = functools.partial(_step_with, loss_fn, optimizer)
+  else:
+    step = functools.partial(
+        _steps_with, loss_fn, optimizer, epochs, num_minibatches
+    )
+
+  def counted(state, batch):
+    new_state, metrics = step(state, batch)
+    metrics.setdefault(
+        "train/optimizer_steps", jnp.float32(epochs * num_minibatches)
+    )
+    return new_state, metrics
+
+  return _compile(
+      counted,
+      mesh,
+      config,
+      _POLICY_KEYS,
+      needs_reference=use_kl,
+      num_minibatches=num_minibatches,
+  )
 
 
 def make_sft_step(
