@@ -34,7 +34,7 @@ def get_config(arg=None):
   c.checkpoint.path = ""  # found (assembled) automatically
   # The update of a real model in host memory: recompute each layer in the
   # backward, score tokens 128 positions at a time, 2 rows per micro-batch.
-  c.model.remat = True
+  c.model.remat = "full"
   c.optim.logprob_chunk = 128
   c.optim.microbatch_rows = 2
   c.tokenizer.kind = "gemma_sp"

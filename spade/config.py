@@ -59,7 +59,11 @@ def base_config() -> ConfigDict:
   c.model.max_len = 1024
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
-  c.model.remat = False  # recompute each layer in the backward (memory)
+  # What the update's backward keeps of each layer (the rest is recomputed):
+  # "none" (keep all), "full" (only each layer's input), "minimal" (the
+  # weight matmuls' outputs), "save_dot_except_mlp", ...: MaxText's names,
+  # spade.model.transformer.REMAT_POLICIES.
+  c.model.remat = "none"
 
   c.checkpoint = ConfigDict()
   # "scratch" | "gemma3_gguf" | "qwen2_gguf" | "hf": a Hugging Face directory
@@ -316,6 +320,12 @@ _CHOICES = {
     "model.mlp_activation": ("gelu", "silu"),
     "model.dtype": ("float32", "bfloat16"),
     "model.param_dtype": ("float32", "bfloat16"),
+    # The keys of spade.model.transformer.REMAT_POLICIES (and an alias).
+    "model.remat": (
+        "none", "full", "minimal", "save_dot_with_context_except_mlp",
+        "save_dot_except_mlpwi", "save_dot_except_mlp",
+        "save_dots_except_mlp", "save_qkv_proj", "save_out_proj",
+    ),  # fmt: skip
     "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf", "hf"),
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),

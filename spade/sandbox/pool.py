@@ -24,6 +24,7 @@ only; never chosen implicitly).
 from __future__ import annotations
 
 import atexit
+import glob
 import importlib.util
 import inspect
 import itertools
@@ -43,6 +44,12 @@ from typing import Any
 from spade.sandbox import runsc
 
 BACKENDS = ("gvisor", "bwrap", "none")
+
+# A pool's state directory (under the temporary directory) and the file in
+# it naming its owner process; see `sweep_orphans`.
+_DIR_PREFIX = "spade-sandbox-"
+_OWNER_FILE = "owner.json"
+_HOST_FILE = "host.json"  # in each sandbox's directory: its host process
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 _SPADE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,6 +215,7 @@ class _Sandbox:
           start_new_session=True,
       )
       self.pid = self.proc.pid
+    _write_owner(os.path.join(self.dir, _HOST_FILE), self.pid)
     self.rfd = self.proc.stdout.fileno()
     self.wfd = self.proc.stdin.fileno()
     os.set_blocking(self.rfd, False)
@@ -352,6 +360,7 @@ class SandboxPool:
       runsc_path: str | None = None,
       platform: str = "ptrace",
       start_timeout_s: float = 60.0,
+      sweep: bool = True,
   ):
     """Starts `num_sandboxes` sandboxes (and a warm spare in the background).
 
@@ -394,6 +403,8 @@ class SandboxPool:
       runsc_path: the runsc binary (default: found on PATH).
       platform: gVisor platform ("ptrace"; "kvm" hangs on some hosts).
       start_timeout_s: how long a sandbox may take to start.
+      sweep: first remove what pools of dead processes left behind (see
+        `sweep_orphans`).
     """
     if backend not in BACKENDS:
       raise SandboxError(
@@ -455,7 +466,12 @@ class SandboxPool:
           "sandbox backend 'none': environment code runs WITHOUT isolation;"
           " use it for trusted code only"
       )
-    self.tmpdir = tempfile.mkdtemp(prefix="spade-sandbox-")
+    self.tmpdir = tempfile.mkdtemp(prefix=_DIR_PREFIX)
+    # First, so that a trainer killed from here on leaves a swept directory.
+    _write_owner(os.path.join(self.tmpdir, _OWNER_FILE), os.getpid())
+    self.swept = {"sandboxes": 0, "processes": 0, "directories": 0}
+    if sweep:
+      self.swept = sweep_orphans(runsc_path=self.runsc or None)
     self.state_root = os.path.join(self.tmpdir, "runsc-state")
     os.makedirs(self.state_root)
     self._setup_paths()
@@ -1211,6 +1227,84 @@ class SandboxPool:
         self.close()
       except Exception:  # pylint: disable=broad-except
         pass
+
+
+def _write_owner(path: str, pid: int) -> None:
+  """Records a process (pid and start time) as the owner of a directory."""
+  with open(path, "w") as f:
+    json.dump({"pid": pid, "start": runsc.start_time(pid)}, f)
+
+
+def _read_owner(path: str) -> tuple[int, str | None] | None:
+  try:
+    with open(path) as f:
+      owner = json.load(f)
+    return int(owner["pid"]), owner.get("start")
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
+def sweep_orphans(
+    tmp_root: str | None = None, runsc_path: str | None = None
+) -> dict[str, int]:
+  """Removes the sandboxes and state directories of pools whose owner died.
+
+  A trainer killed with SIGKILL never closes its pool. Each pool's directory
+  names its owner (pid and start time, so a reused pid does not count as
+  alive); for every directory whose owner is gone this kills the host
+  processes of its sandboxes (recorded per sandbox, and any process whose
+  command line names the directory: runsc's sandbox and gofer, a bwrap or
+  plain worker), deletes its gVisor containers (`runsc delete -force`:
+  state and cgroups) and removes the directory. Directories of live owners,
+  or without an owner file, are left alone.
+
+  Returns:
+    {"sandboxes", "processes", "directories"}: how many were removed.
+  """
+  root = tmp_root or tempfile.gettempdir()
+  removed = {"sandboxes": 0, "processes": 0, "directories": 0}
+  try:
+    names = sorted(n for n in os.listdir(root) if n.startswith(_DIR_PREFIX))
+  except OSError:
+    return removed
+  binary = None
+  for name in names:
+    path = os.path.join(root, name)
+    owner = _read_owner(os.path.join(path, _OWNER_FILE))
+    if owner is None or runsc.is_running(*owner):
+      continue
+    pids = set(runsc.processes_naming(path))
+    for sb_dir in glob.glob(os.path.join(path, "sb*")):
+      host = _read_owner(os.path.join(sb_dir, _HOST_FILE))
+      if host is not None and runsc.is_running(*host):
+        pids.add(host[0])
+      removed["sandboxes"] += 1
+    for pid in pids:
+      try:
+        os.kill(pid, 9)
+        removed["processes"] += 1
+      except OSError:
+        pass
+    state_root = os.path.join(path, "runsc-state")
+    ids = runsc.leftover_ids(state_root)
+    if ids:
+      binary = binary or runsc.find_runsc(runsc_path)
+      if binary is None:
+        _log.warning("cannot delete %s's containers: no runsc", path)
+        continue
+      for cid in ids:
+        runsc.destroy(binary, state_root, cid, 0)
+    shutil.rmtree(path, ignore_errors=True)
+    removed["directories"] += 1
+  if removed["directories"]:
+    _log.info(
+        "removed %d sandboxes (%d host processes) and %d state directories"
+        " left by dead trainers",
+        removed["sandboxes"],
+        removed["processes"],
+        removed["directories"],
+    )
+  return removed
 
 
 def _validator_accepts(name: str) -> bool:

@@ -275,3 +275,39 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
       return True
     time.sleep(0.01)
   return not os.path.exists(f"/proc/{pid}")
+
+
+def start_time(pid: int) -> str | None:
+  """A process's start time (clock ticks since boot), or None when gone.
+
+  A pid and its start time name one process: a pid reused by a new process
+  has a later start time.
+  """
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      stat = f.read()
+  except OSError:
+    return None
+  # The command name (field 2) may hold spaces and parentheses.
+  return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def is_running(pid: int, started: str | None) -> bool:
+  """Whether process `pid` still runs and is the one that started then."""
+  return pid > 0 and started is not None and start_time(pid) == started
+
+
+def processes_naming(path: str) -> list[int]:
+  """Host processes whose command line names `path` (a sandbox's dirs)."""
+  found = []
+  needle = path.rstrip("/").encode() + b"/"
+  for name in os.listdir("/proc"):
+    if not name.isdigit():
+      continue
+    try:
+      with open(f"/proc/{name}/cmdline", "rb") as f:
+        if needle in f.read():
+          found.append(int(name))
+    except OSError:
+      pass
+  return found

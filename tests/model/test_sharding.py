@@ -69,9 +69,9 @@ def test_shard_params_places_every_leaf(tiny):
   mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
   rules = config_lib.base_config().mesh.rules
   placed = sharding.shard_params(params, mesh, rules)
-  q = placed["layer_0"]["attn"]["q_proj"]["kernel"]  # [64, 4, 16]
-  assert q.sharding.spec == P("fsdp", "tensor", None)
-  assert q.addressable_shards[0].data.shape == (32, 2, 16)
+  q = placed["layers"]["block_0"]["attn"]["q_proj"]["kernel"]  # [1, 64, 4, 16]
+  assert q.sharding.spec == P(None, "fsdp", "tensor", None)
+  assert q.addressable_shards[0].data.shape == (1, 32, 2, 16)
   # 259 does not split over tensor=2: the vocab axis falls back to replicated.
   emb = placed["embedder"]["input_embedding"]
   assert emb.sharding.spec == P(None, "fsdp")
@@ -115,7 +115,7 @@ def test_init_sharded_params_equals_single_device_init(tiny):
   mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
   rules = config_lib.base_config().mesh.rules
   placed = sharding.init_sharded_params(cfg, jax.random.key(0), mesh, rules)
-  down = placed["layer_0"]["mlp"]["down"]["kernel"]  # [128, 64]
-  assert down.sharding.spec == P("tensor", "fsdp")
+  down = placed["layers"]["block_0"]["mlp"]["down"]["kernel"]  # [1, 128, 64]
+  assert down.sharding.spec == P(None, "tensor", "fsdp")
   for a, b in zip(jax.tree.leaves(placed), jax.tree.leaves(params)):
     np.testing.assert_allclose(a, b, atol=1e-6)
