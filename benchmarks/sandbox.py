@@ -1,10 +1,13 @@
 """Sandbox throughput and latency: steps/s, p50/p99, create, memory.
 
-Runs a trivial environment (one process per environment) in pools of 1, 2
-and 4 gVisor sandboxes, stepping 8 environments per sandbox either one call
-at a time (unbatched) or all in one `step_many` (batched); then create+reset
-latency, memory per sandbox, and the same environment stepped in-process
-with no isolation as the upper limit. The last line is key=value pairs.
+Runs a trivial environment in pools of 1, 2 and 4 gVisor sandboxes, one
+program per sandbox with 8 episodes each (the episodes of a program are
+instances in one process), stepping them either one call at a time
+(unbatched) or all in one `step_many` (batched); then create+reset latency,
+memory per sandbox, memory per concurrent episode (64 episodes: two seed
+programs x 32 plays, the reference's plays per environment; and the cost of
+one more program process), and the same environment stepped in-process with
+no isolation as the upper limit. The last line is key=value pairs.
 
   python benchmarks/sandbox.py [--backend gvisor] [--seconds 3]
 """
@@ -56,9 +59,17 @@ def _inproc(seconds):
   return n / (time.perf_counter() - start)
 
 
+def _program(k):
+  """TRIVIAL as the k-th distinct program."""
+  return TRIVIAL + f"\n# program {k}\n"
+
+
 def _run(pool, envs_per_sandbox, seconds, batched):
+  # One program per sandbox: a program's episodes stay in one sandbox.
   handles = [
-      pool.create(TRIVIAL) for _ in range(envs_per_sandbox * pool.num_sandboxes)
+      pool.create(_program(k))
+      for k in range(pool.num_sandboxes)
+      for _ in range(envs_per_sandbox)
   ]
   for h in handles:
     pool.reset(h, 0)
@@ -83,14 +94,77 @@ def _run(pool, envs_per_sandbox, seconds, batched):
   return rate, _pct(latencies, 0.5) * 1e3, _pct(latencies, 0.99) * 1e3
 
 
+_SEEDS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "spade",
+    "environments",
+    "seeds",
+)
+
+
+def _settled_pss(pool):
+  """The sandbox's PSS (MiB) once its worker has refilled its spares."""
+  for _ in range(200):
+    stats = pool.stats()[0]
+    if stats["spare_envs"] >= pool.spare_envs:
+      break
+    time.sleep(0.1)
+  time.sleep(0.5)
+  return pool.stats()[0]["rss_bytes"] / 2**20
+
+
+def _memory_per_episode(backend, programs, plays, distinct):
+  """PSS per concurrent episode, and per extra program process (MiB)."""
+  with SandboxPool(backend, 1, warm_spare=False) as pool:
+    sources = []
+    for name in programs:
+      with open(os.path.join(_SEEDS, name + ".py")) as f:
+        sources.append(f.read())
+    base = _settled_pss(pool)
+    opened = pool.open_many(
+        [
+            {"source": src, "seed": k, "calls": ["get_tools"]}
+            for src in sources
+            for k in range(plays)
+        ]
+    )
+    assert all(o["ok"] for o in opened), opened
+    handles = [o["handle"] for o in opened]
+    pool.step_many([(h, "\\boxed{1}") for h in handles])
+    with_episodes = _settled_pss(pool)
+    per_episode = (with_episodes - base) / len(handles)
+    for h in handles:
+      pool.close_env(h)
+    base = _settled_pss(pool)
+    handles = [pool.create(_program(k)) for k in range(distinct)]
+    per_process = (_settled_pss(pool) - base) / distinct
+    for h in handles:
+      pool.close_env(h)
+    return per_episode, per_process, len(opened)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--backend", default="gvisor")
   parser.add_argument("--seconds", type=float, default=3.0)
   parser.add_argument("--envs-per-sandbox", type=int, default=8)
   parser.add_argument("--sizes", default="1,2,4")
+  parser.add_argument("--memory-programs", default="grid_maze,order_lookup")
+  parser.add_argument("--memory-plays", type=int, default=32)
+  parser.add_argument("--memory-distinct", type=int, default=8)
   args = parser.parse_args()
   figures = {}
+  per_episode, per_process, episodes = _memory_per_episode(
+      args.backend,
+      args.memory_programs.split(","),
+      args.memory_plays,
+      args.memory_distinct,
+  )
+  print(
+      f"memory (PSS): {per_episode:.2f} MiB per episode with {episodes}"
+      f" concurrent episodes of {args.memory_programs}; {per_process:.1f} MiB"
+      " per program process"
+  )
   for n in [int(s) for s in args.sizes.split(",")]:
     t = time.perf_counter()
     with SandboxPool(args.backend, n, warm_spare=False) as pool:
@@ -144,6 +218,8 @@ def main():
       f" {b}_mem_mb_empty_sandbox={figures.get('empty_mb', 0):.0f}"
       f" {b}_mem_mb_sandbox_with_envs={figures.get('rss_mb', 0):.0f}"
       f" inproc_steps_s={inproc:.0f}"
+      f" pss_mib_per_episode={per_episode:.2f}"
+      f" pss_mib_per_program={per_process:.1f}"
   )
 
 

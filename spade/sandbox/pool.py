@@ -3,18 +3,21 @@
 Each sandbox is one gVisor container (`runsc run --detach`, no network,
 read-only root, tmpfs `/tmp`) whose init is `spade/sandbox/worker.py`,
 speaking JSON lines over the pipes of the `runsc` process. Every environment
-is a forked child of that worker under its own uid with rlimits (see
-worker.py), so one sandbox serves many environments at ~0.3 ms a step.
+program runs in a forked child of that worker under its own uid with
+rlimits, and each of its episodes is an instance of its class in that child
+(see worker.py), so one sandbox serves many episodes at ~0.3 ms a step and
+an episode costs memory, not a process.
 
 The host side (this module) routes calls to the sandbox that holds an
-environment, batches the steps of many environments into one request per
-sandbox (sandboxes work in parallel), opens many environments the same way
-(`open_many`: create, reset and hint/tools calls in one round trip, in
-children the workers forked ahead), enforces a second deadline on top of the
-worker's (step timeout + grace: a sandbox that misses it is destroyed and its
-environments report `sandbox_lost`), and recycles sandboxes after N children,
-an age, or too many host tasks, swapping in a warm spare started in the
-background.
+episode, keeps a program's episodes in one sandbox, batches the steps and
+calls of many episodes into one request per sandbox (sandboxes work in
+parallel), opens many episodes the same way (`open_many`: create, reset and
+hint/tools calls in one round trip, in children the workers forked ahead),
+enforces a deadline on top of the worker's per-call budgets (a sandbox that
+misses it is destroyed and its episodes report `sandbox_lost`), recycles
+sandboxes after N episodes, an age, or too many host tasks, swapping in a
+warm spare started in the background, and on start removes what pools of
+dead processes left behind (`sweep_orphans`).
 
 Backends: "gvisor" (default), "bwrap" (bubblewrap: namespaces on the host
 kernel, announced as weaker), "none" (a plain subprocess for trusted code
