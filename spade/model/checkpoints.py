@@ -238,15 +238,15 @@ def initial_params(config, rng=None):
     if rng is None:
       rng = jax.random.PRNGKey(config.seed)
     return transformer.init_params(config.model, rng)
-  if kind not in _ARCHITECTURE:
+  if kind not in _ARCHITECTURE and kind != "hf":
     raise ValueError(
         f"config.checkpoint.kind={kind!r} is not one of scratch, "
-        f"{', '.join(_ARCHITECTURE)}."
+        f"{', '.join(_ARCHITECTURE)}, hf."
     )
-  path = find_checkpoint_file(config)
-  tree = gguf_params(path, config.model, kind)
-  _to_jax_in_place(tree, jnp.dtype(config.model.param_dtype))
-  return tree
+  # Hugging Face directories; GGUF files through their converted copy.
+  from spade.model import hf_checkpoints  # pylint: disable=g-import-not-at-top
+
+  return hf_checkpoints.load_checkpoint(config)
 
 
 def _to_jax_in_place(tree: dict[str, Any], dtype) -> None:

@@ -239,6 +239,50 @@ def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
   )
 
 
+# Qwen3 dense (the Hugging Face configs): layers, embed, heads, kv heads, MLP,
+# tied. All have head_dim 128, RoPE base 1e6 and a 151,936-token vocabulary.
+_QWEN3 = {
+    "0.6b": (28, 1024, 16, 8, 3072, True),
+    "1.7b": (28, 2048, 16, 8, 6144, True),
+    "4b": (36, 2560, 32, 8, 9728, True),
+    "8b": (36, 4096, 32, 8, 12288, False),
+}
+
+
+def qwen3_shapes(name: str) -> dict[str, Any]:
+  """`config.model` values for Qwen3 dense: "0.6b", "1.7b", "4b", "8b".
+
+  Qwen2's layer without q/k/v biases, with an RMSNorm on each query and key
+  head (the full multiplier, as Hugging Face stores it).
+  """
+  if name not in _QWEN3:
+    raise ValueError(
+        f"unknown Qwen3 size {name!r}; choose one of {sorted(_QWEN3)}"
+    )
+  layers, embed, heads, kv_heads, mlp, tied = _QWEN3[name]
+  return dict(
+      family="qwen3",
+      vocab_size=151_936,
+      embed_dim=embed,
+      num_layers=layers,
+      num_heads=heads,
+      num_kv_heads=kv_heads,
+      head_dim=128,
+      mlp_dim=mlp,
+      sliding_window=0,
+      global_every=1,
+      rope_local_base=1_000_000.0,
+      rope_global_base=1_000_000.0,
+      query_scale=0.0,
+      qk_norm=True,
+      qkv_bias=False,
+      mlp_activation="silu",
+      tie_embeddings=tied,
+      scale_embeddings=False,
+      norm_eps=1e-6,
+  )
+
+
 def _constrain(x: Array, *axes: str | None) -> Array:
   return nn.with_logical_constraint(x, axes)
 

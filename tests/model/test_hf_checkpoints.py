@@ -1,0 +1,450 @@
+"""Hugging Face checkpoints and the converted GGUF copy.
+
+The parity tests build tiny random Gemma 3, Qwen2 and Qwen3 models with
+`transformers` (the `hf` extra: torch CPU + transformers), save them with
+`save_pretrained`, load the directory with our loader and compare both roles'
+logits with transformers' on the same tokens. The other tests write the
+directory with `safetensors.numpy` and need no torch: the config check, the
+sharded load, the orbax round trip, and the converted GGUF copy (first load,
+cached load, a corrupt copy rebuilt).
+"""
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spade import config as config_lib
+from spade.model import checkpoints
+from spade.model import hf_checkpoints
+from spade.model import sharding
+from spade.model import transformer
+from spade.train import checkpoints as train_checkpoints
+
+V, E, F, LAYERS, H, KV, D = 300, 64, 128, 2, 4, 2, 16
+
+# Token rows longer than Gemma's test window (8), so the local layer masks.
+TOKENS = np.array(
+    [
+        [2, 17, 250, 3, 99, 45, 45, 7, 280, 1, 64, 128, 5, 11],
+        [2, 8, 9, 10, 299, 0, 33, 120, 77, 76, 75, 200, 150, 6],
+    ],
+    np.int32,
+)
+
+
+def _hf_config(family: str) -> dict:
+  """A tiny config.json body for `family` (transformers' key names)."""
+  common = dict(
+      vocab_size=V,
+      hidden_size=E,
+      intermediate_size=F,
+      num_hidden_layers=LAYERS,
+      num_attention_heads=H,
+      num_key_value_heads=KV,
+      head_dim=D,
+      rms_norm_eps=1e-6,
+  )
+  if family == "gemma3":
+    return dict(
+        common,
+        model_type="gemma3_text",
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+        query_pre_attn_scalar=24,
+        tie_word_embeddings=True,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    )
+  return dict(
+      common,
+      model_type=family,
+      # Qwen2 tied and Qwen3 untied: both head sources are covered.
+      tie_word_embeddings=family == "qwen2",
+      rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+  )
+
+
+def _model_config(family: str) -> transformer.ModelConfig:
+  derived = hf_checkpoints.model_config_from_hf(
+      hf_checkpoints.text_config(_hf_config(family))
+  )
+  return transformer.ModelConfig(
+      **{k: v for k, v in derived.items() if not k.startswith("_")}
+  )
+
+
+@functools.lru_cache(maxsize=None)
+def _forward(cfg: transformer.ModelConfig):
+  """Both roles' logits in one compiled function per model config."""
+  model = transformer.build_model(cfg)
+
+  def both(params, tokens):
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    return tuple(
+        model.apply({"params": params}, tokens, positions, role)[0]
+        for role in transformer.Role
+    )
+
+  return jax.jit(both)
+
+
+def _logits(params, cfg, tokens=TOKENS):
+  """[designer logits, agent logits] as numpy float32."""
+  return [np.asarray(x) for x in _forward(cfg)(params, jnp.asarray(tokens))]
+
+
+# ---------------------------------------------------------------------------
+# Parity with transformers.
+
+
+def _write_with_transformers(family: str, directory: str):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  body = _hf_config(family)
+  if family == "gemma3":
+    config = transformers.Gemma3TextConfig(
+        **{k: v for k, v in body.items() if k != "model_type"}
+    )
+    cls = transformers.Gemma3ForCausalLM
+  elif family == "qwen2":
+    body = {k: v for k, v in body.items() if k != "head_dim"}
+    config = transformers.Qwen2Config(
+        **{k: v for k, v in body.items() if k != "model_type"}
+    )
+    cls = transformers.Qwen2ForCausalLM
+  else:
+    config = transformers.Qwen3Config(
+        **{k: v for k, v in body.items() if k != "model_type"}
+    )
+    cls = transformers.Qwen3ForCausalLM
+  config._attn_implementation = "eager"  # pylint: disable=protected-access
+  torch.manual_seed(0)
+  model = cls(config).eval()
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      # Random norms and biases: ones and zeros would hide a wrong +1 or a
+      # dropped bias.
+      if "norm" in name:
+        base = 0.0 if family == "gemma3" else 1.0
+        p.copy_(base + 0.3 * torch.randn_like(p))
+      elif name.endswith("bias"):
+        p.copy_(0.1 * torch.randn_like(p))
+  model.save_pretrained(directory)
+  with torch.no_grad():
+    logits = model(torch.tensor(TOKENS, dtype=torch.long)).logits
+  return logits.float().numpy()
+
+
+@pytest.mark.parametrize("family", ["gemma3", "qwen2", "qwen3"])
+def test_logits_equal_transformers(family, tmp_path):
+  want = _write_with_transformers(family, str(tmp_path))
+  cfg = _model_config(family)
+  params = hf_checkpoints.hf_params(str(tmp_path), cfg)
+  for got in _logits(params, cfg):  # the designer's head, then the agent's
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_gemma3_multimodal_names_load_the_text_part(tmp_path):
+  # Gemma3ForConditionalGeneration: the text model under
+  # model.language_model, a vision tower beside it, an outer config.
+  tensors = _numpy_tensors("gemma3", seed=3)
+  renamed = {
+      k.replace("model.", "model.language_model.", 1): v
+      for k, v in tensors.items()
+  }
+  renamed["model.vision_tower.vision_model.encoder.layers.0.fc1.weight"] = (
+      np.ones((4, 4), np.float32)
+  )
+  text = _hf_config("gemma3")
+  outer = {"model_type": "gemma3", "text_config": text}
+  _write_numpy(tmp_path / "mm", outer, renamed)
+  _write_numpy(tmp_path / "text", text, tensors)
+  cfg = _model_config("gemma3")
+  a = hf_checkpoints.hf_params(str(tmp_path / "mm"), cfg)
+  b = hf_checkpoints.hf_params(str(tmp_path / "text"), cfg)
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+# ---------------------------------------------------------------------------
+# Directories written with safetensors.numpy (no torch).
+
+
+def _numpy_tensors(family: str, seed: int = 0) -> dict[str, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  r = lambda *s: rng.normal(size=s).astype(np.float32) * 0.2
+  t = {"model.embed_tokens.weight": r(V, E), "model.norm.weight": r(E)}
+  if family == "qwen3":
+    t["lm_head.weight"] = r(V, E)
+  for i in range(LAYERS):
+    p = f"model.layers.{i}."
+    t[p + "input_layernorm.weight"] = r(E)
+    t[p + "post_attention_layernorm.weight"] = r(E)
+    t[p + "self_attn.q_proj.weight"] = r(H * D, E)
+    t[p + "self_attn.k_proj.weight"] = r(KV * D, E)
+    t[p + "self_attn.v_proj.weight"] = r(KV * D, E)
+    t[p + "self_attn.o_proj.weight"] = r(E, H * D)
+    for proj in ("gate", "up"):
+      t[p + f"mlp.{proj}_proj.weight"] = r(F, E)
+    t[p + "mlp.down_proj.weight"] = r(E, F)
+    if family in ("gemma3", "qwen3"):
+      t[p + "self_attn.q_norm.weight"] = r(D)
+      t[p + "self_attn.k_norm.weight"] = r(D)
+    if family == "gemma3":
+      t[p + "pre_feedforward_layernorm.weight"] = r(E)
+      t[p + "post_feedforward_layernorm.weight"] = r(E)
+    if family == "qwen2":
+      for proj, n in (("q", H), ("k", KV), ("v", KV)):
+        t[p + f"self_attn.{proj}_proj.bias"] = r(n * D)
+  return t
+
+
+def _write_numpy(directory, config_body: dict, tensors, shards: int = 1):
+  safetensors_numpy = pytest.importorskip("safetensors.numpy")
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(config_body, f)
+  names = sorted(tensors)
+  weight_map = {}
+  for s in range(shards):
+    part = names[s::shards]
+    file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+    safetensors_numpy.save_file(
+        {n: tensors[n] for n in part}, os.path.join(directory, file)
+    )
+    weight_map.update({n: file for n in part})
+  if shards > 1:
+    with open(
+        os.path.join(directory, "model.safetensors.index.json"), "w"
+    ) as f:
+      json.dump({"metadata": {}, "weight_map": weight_map}, f)
+  return str(directory)
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("qwen3")
+  return _write_numpy(
+      directory, _hf_config("qwen3"), _numpy_tensors("qwen3"), shards=3
+  )
+
+
+def test_sharded_index_maps_every_tensor(qwen3_dir):
+  tensors = _numpy_tensors("qwen3")
+  cfg = _model_config("qwen3")
+  params = hf_checkpoints.hf_params(qwen3_dir, cfg)
+  layers = (
+      transformer.to_per_layer_layout(params, cfg)
+      if hasattr(transformer, "to_per_layer_layout")
+      else params
+  )
+  q = tensors["model.layers.1.self_attn.q_proj.weight"]
+  np.testing.assert_array_equal(
+      layers["layer_1"]["attn"]["q_proj"]["kernel"], q.T.reshape(E, H, D)
+  )
+  o = tensors["model.layers.0.self_attn.o_proj.weight"]
+  np.testing.assert_array_equal(
+      layers["layer_0"]["attn"]["o_proj"]["kernel"], o.T.reshape(H, D, E)
+  )
+  # Qwen norms are the full multiplier: stored as is.
+  np.testing.assert_array_equal(
+      layers["layer_0"]["pre_ffw_norm"]["scale"],
+      tensors["model.layers.0.post_attention_layernorm.weight"],
+  )
+  heads = params["heads"]
+  for role in ("designer", "agent"):
+    np.testing.assert_array_equal(
+        heads[role]["unembedding"], tensors["lm_head.weight"]
+    )
+  assert (
+      heads["designer"]["unembedding"].unsafe_buffer_pointer()
+      != heads["agent"]["unembedding"].unsafe_buffer_pointer()
+  )
+
+
+def test_load_on_a_mesh_shards_each_tensor(qwen3_dir):
+  cfg = _model_config("qwen3")
+  mesh_config = config_lib.base_config().mesh
+  mesh_config.data, mesh_config.fsdp, mesh_config.tensor = 1, 4, 2
+  mesh = sharding.make_mesh(mesh_config)
+  rules = mesh_config.rules
+  placed = hf_checkpoints.hf_params(qwen3_dir, cfg, mesh, rules)
+  plain = hf_checkpoints.hf_params(qwen3_dir, cfg)
+  want = sharding.fitted_param_shardings(placed, mesh, rules)
+  for got, spec in zip(jax.tree.leaves(placed), jax.tree.leaves(want)):
+    assert got.sharding.is_equivalent_to(spec, got.ndim)
+  table = placed["heads"]["agent"]["unembedding"]  # [V=300, E=64]
+  shard = table.addressable_shards[0].data
+  assert shard.size < table.size  # no device holds the whole table
+  jax.tree.map(np.testing.assert_array_equal, placed, plain)
+
+
+def test_config_mismatch_names_every_key(qwen3_dir):
+  cfg = _model_config("qwen3")
+  wrong = transformer.ModelConfig(
+      **{**cfg.__dict__, "num_layers": 3, "mlp_dim": 96, "qk_norm": False}
+  )
+  with pytest.raises(hf_checkpoints.CheckpointFileError) as e:
+    hf_checkpoints.hf_params(qwen3_dir, wrong)
+  for key in ("num_layers=2", "mlp_dim=128", "qk_norm=True"):
+    assert key in str(e.value)
+
+
+def test_unsupported_rope_scaling_is_an_error(tmp_path):
+  body = _hf_config("gemma3")
+  body["rope_parameters"]["full_attention"] = {
+      "rope_type": "linear",
+      "factor": 8.0,
+      "rope_theta": 1e6,
+  }
+  path = _write_numpy(tmp_path, body, _numpy_tensors("gemma3"))
+  with pytest.raises(hf_checkpoints.CheckpointFileError, match="linear"):
+    hf_checkpoints.hf_params(path, _model_config("gemma3"))
+
+
+def test_missing_tensor_is_named(tmp_path):
+  tensors = _numpy_tensors("qwen2")
+  del tensors["model.layers.1.self_attn.k_proj.bias"]
+  path = _write_numpy(tmp_path, _hf_config("qwen2"), tensors)
+  with pytest.raises(
+      hf_checkpoints.CheckpointFileError, match="layer_1/attn/k_proj/bias"
+  ):
+    hf_checkpoints.hf_params(path, _model_config("qwen2"))
+
+
+def test_truncated_file_is_named(tmp_path):
+  path = _write_numpy(tmp_path, _hf_config("qwen2"), _numpy_tensors("qwen2"))
+  file = os.path.join(path, "model-00001-of-00001.safetensors")
+  data = open(file, "rb").read()
+  with open(file, "wb") as f:
+    f.write(data[: len(data) - 100])
+  with pytest.raises(hf_checkpoints.CheckpointFileError, match="truncated"):
+    hf_checkpoints.hf_params(path, _model_config("qwen2"))
+
+
+def test_orbax_round_trip_gives_the_same_logits(qwen3_dir, tmp_path):
+  cfg = _model_config("qwen3")
+  params = hf_checkpoints.hf_params(qwen3_dir, cfg)
+  manager = train_checkpoints.make_manager(str(tmp_path))
+  train_checkpoints.save(manager, 0, params, {"source": qwen3_dir})
+  abstract = train_checkpoints.abstract_like(params)
+  step, restored, curriculum = train_checkpoints.restore_latest(
+      train_checkpoints.make_manager(str(tmp_path)), abstract
+  )
+  assert step == 0 and curriculum == {"source": qwen3_dir}
+  for got, want in zip(_logits(restored, cfg), _logits(params, cfg)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_hf_kind_through_initial_params(qwen3_dir):
+  config = config_lib.base_config()
+  derived = hf_checkpoints.model_config_from_hf(
+      hf_checkpoints.text_config(_hf_config("qwen3"))
+  )
+  config.model.update(
+      {k: v for k, v in derived.items() if not k.startswith("_")}
+  )
+  config.checkpoint.kind = "hf"
+  config.checkpoint.path = qwen3_dir
+  config_lib.validate(config)
+  params = checkpoints.initial_params(config)
+  direct = hf_checkpoints.hf_params(qwen3_dir, config.model)
+  jax.tree.map(np.testing.assert_array_equal, params, direct)
+
+
+def test_qwen3_shapes_match_the_published_sizes():
+  eight = transformer.qwen3_shapes("8b")
+  assert (eight["num_layers"], eight["embed_dim"], eight["mlp_dim"]) == (
+      36,
+      4096,
+      12288,
+  )
+  assert not eight["tie_embeddings"]
+  four = transformer.qwen3_shapes("4b")
+  assert (four["embed_dim"], four["mlp_dim"], four["tie_embeddings"]) == (
+      2560,
+      9728,
+      True,
+  )
+  with pytest.raises(ValueError, match="0.6b"):
+    transformer.qwen3_shapes("14b")
+
+
+# ---------------------------------------------------------------------------
+# The converted copy of a GGUF file.
+
+
+@pytest.fixture
+def gguf_config(tmp_path, monkeypatch):
+  from tests.model import test_checkpoints as gguf_tests  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setattr(hf_checkpoints, "MIN_CACHED_BYTES", 0)
+  config = gguf_tests._config("qwen2")  # pylint: disable=protected-access
+  config.checkpoint.path = gguf_tests._write(  # pylint: disable=protected-access
+      tmp_path / "tiny.gguf", "qwen2", gguf_tests._tensors("qwen2")  # pylint: disable=protected-access
+  )
+  return config
+
+
+def _converted_dirs(config):
+  root = os.path.join(os.environ["SPADE_CACHE"], "converted")
+  return sorted(os.listdir(root)) if os.path.isdir(root) else []
+
+
+def test_converted_copy_is_kept_and_restored(gguf_config, capfd):
+  direct = transformer.to_model_layout(
+      checkpoints.gguf_params(
+          gguf_config.checkpoint.path, gguf_config.model, "qwen2_gguf"
+      ),
+      gguf_config.model,
+  )
+  first = checkpoints.initial_params(gguf_config)
+  assert "kept a copy" in capfd.readouterr().err
+  assert len(_converted_dirs(gguf_config)) == 1
+  second = checkpoints.initial_params(gguf_config)
+  assert "restored" in capfd.readouterr().err
+  jax.tree.map(np.testing.assert_array_equal, first, direct)
+  jax.tree.map(np.testing.assert_array_equal, second, direct)
+  # A changed model config is another copy, not a wrong one.
+  gguf_config.model.norm_eps = 1e-5
+  checkpoints.initial_params(gguf_config)
+  assert len(_converted_dirs(gguf_config)) == 2
+
+
+@pytest.mark.parametrize("damage", ["zero_data", "drop_manifest_tensor"])
+def test_corrupt_copy_is_reported_and_rebuilt(gguf_config, capfd, damage):
+  first = checkpoints.initial_params(gguf_config)
+  (name,) = _converted_dirs(gguf_config)
+  directory = os.path.join(os.environ["SPADE_CACHE"], "converted", name)
+  if damage == "zero_data":
+    # Zero the largest data file: the restore fails or the checksums differ.
+    files = [
+        os.path.join(root, f)
+        for root, _, fs in os.walk(os.path.join(directory, "params"))
+        for f in fs
+    ]
+    big = max(files, key=os.path.getsize)
+    size = os.path.getsize(big)
+    with open(big, "r+b") as f:
+      f.seek(size // 4)
+      f.write(b"\0" * (size // 2))
+  else:
+    manifest = os.path.join(directory, "manifest.json")
+    body = json.load(open(manifest))
+    body["tensors"]["final_norm/scale"]["checksum"][0] += 1.0
+    json.dump(body, open(manifest, "w"))
+  capfd.readouterr()
+  second = checkpoints.initial_params(gguf_config)
+  err = capfd.readouterr().err
+  assert "corrupt" in err and "rebuilding" in err
+  jax.tree.map(np.testing.assert_array_equal, first, second)
+  third = checkpoints.initial_params(gguf_config)
+  assert "restored" in capfd.readouterr().err
+  jax.tree.map(np.testing.assert_array_equal, first, third)
