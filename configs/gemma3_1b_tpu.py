@@ -146,8 +146,21 @@ def gemma3_tpu_config(size: str, arg: str | None = None):
 
   c.regret.estimator = "reference"
   c.optim.learning_rate = 1e-6
+  # Without these the update of the reference's rollout (below) needs ~924
+  # GiB of temporaries per v5p chip (`python -m spade.compile`): micro-batches
+  # of 64 rows, each layer recomputed in the backward pass.
+  c.optim.microbatch_rows = 64
+  # The key is a policy name once layers are scanned, a bool before.
+  m.remat = "full" if isinstance(m.remat, str) else True
   c.optim.kl_coef = 0.0
   c.optim.designer_delay = 4  # the reference waits 4 or 8 iterations
+
+  # `spade.compile` checks the update at the reference's rollout size: 1024
+  # agent turns of up to 4096 tokens, 32 designs of up to 6144.
+  c.compile.agent_rows = 1024
+  c.compile.agent_len = 4096
+  c.compile.designer_rows = 32
+  c.compile.designer_len = 6144
 
   c.train.checkpoint_every = 5
   c.train.keep_checkpoints = 3
@@ -188,6 +201,9 @@ def _shrink_for_cpu(c) -> None:
   c.agent.max_new_tokens = 8
   c.agent.max_context = 384
   c.optim.designer_delay = 0
+  c.optim.microbatch_rows = 0
+  c.compile.agent_rows = c.compile.agent_len = 0
+  c.compile.designer_rows = c.compile.designer_len = 0
   c.train.checkpoint_every = 1
 
 

@@ -1,0 +1,584 @@
+r"""Compiles a config's TPU programs ahead of time on a CPU host: does it fit?
+
+  python -m spade.compile --config=configs/gemma3_1b_tpu.py --topology=v5p-32
+  python -m spade.compile --config=configs/tiny.py --topology=v5p-8 \
+      --config.compile.agent_rows=64
+
+For the named Cloud TPU slice (`spade.model.topology`: v5p-8, v5p-32, v5e-16,
+v6e-8, ...) it builds the slice's device list with libtpu's topology
+description (no chips needed: `pip install -e .[tpu]`), the mesh with
+`spade.model.sharding.make_mesh`, and lowers and compiles, from abstract
+`jax.ShapeDtypeStruct`s carrying their NamedShardings (no real arrays):
+
+  update            the shared update step (`spade.train.update`) on the
+                    worst-case agent and designer batches;
+  {role} prefill    the sampler's prompt pass, which creates the KV cache
+                    the rollout needs (prompt + new tokens);
+  {role} decode     one decode step on that cache (donated, as in the loop).
+
+Per program it prints the per-device argument / output / temporary / peak
+memory (`memory_analysis()`) against the chip's HBM, the model FLOPs of one
+call counted from the shapes (matmuls and attention; XLA's own
+`cost_analysis()` figure is printed beside it, but it counts a loop body
+once, so scanned layers and micro-batches make it a fraction of the real
+work), the time that call takes at the chips' peak bfloat16 rate (a bound:
+MFU = that time / the measured time), and the compile time. The last line is
+`key=value` pairs (`peak_gib_per_device=`, `hbm_gib=`, `fits=`, ...); the
+exit status is 1 when a program does not fit (the compiler's
+RESOURCE_EXHAUSTED, or a peak above HBM).
+
+Shapes default to the config's worst case, rounded as
+`spade.selfplay.batching.make_batch` and the engine's sampler round them:
+agent rows = every episode's every turn, `model.max_len` tokens; designer
+rows = `designer.num_envs`, prompt + program tokens. `config.compile.*`
+overrides the update's batch (the TPU configs set the reference's rollout
+size there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from typing import Any
+
+# Several processes (pytest -n 2) may load libtpu at once; libtpu refuses a
+# second loader unless told this. The worker hostname silences libtpu's
+# warnings about the TPU VM metadata it cannot find on a CPU host.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_flags
+
+from spade import config as config_lib
+from spade.model import sharding
+from spade.model import topology as topology_lib
+from spade.model import transformer
+from spade.sampling import sampler as sampler_lib
+from spade.train import state as state_lib
+from spade.train import update as update_lib
+
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+GIB = 1024**3
+
+_ROLES = {
+    "agent": transformer.Role.AGENT,
+    "designer": transformer.Role.DESIGNER,
+}
+
+
+@dataclasses.dataclass
+class Program:
+  """What compiling one program told us (memory in bytes per device).
+
+  Attributes:
+    name: "update", "agent prefill", ...
+    shape: the shapes it was compiled for, in words.
+    fits: compiled and its peak is within HBM.
+    error: the compiler's message when it did not compile (out of memory).
+    argument_bytes: inputs per device.
+    output_bytes: outputs per device.
+    alias_bytes: outputs written in place of donated inputs.
+    temp_bytes: scratch per device.
+    peak_bytes: peak per device (the compiler's figure, else args + outputs
+      - aliased + temporaries).
+    model_flops: FLOPs of one call, all devices, counted from the shapes.
+    xla_flops: `cost_analysis()` FLOPs per device (loop bodies once).
+    compile_s: seconds to lower and compile.
+  """
+
+  name: str
+  shape: str
+  fits: bool = False
+  error: str = ""
+  argument_bytes: int = 0
+  output_bytes: int = 0
+  alias_bytes: int = 0
+  temp_bytes: int = 0
+  peak_bytes: int = 0
+  model_flops: float = 0.0
+  xla_flops: float = 0.0
+  compile_s: float = 0.0
+
+
+@dataclasses.dataclass
+class Report:
+  """All programs of one config on one slice."""
+
+  config_name: str
+  slice: topology_lib.Slice
+  mesh_shape: dict[str, int]
+  programs: list[Program]
+
+  @property
+  def fits(self) -> bool:
+    """Every program compiled and fits the chip's HBM."""
+    return all(p.fits for p in self.programs)
+
+  @property
+  def peak_bytes(self) -> int:
+    """The largest per-device peak over the programs."""
+    return max((p.peak_bytes for p in self.programs), default=0)
+
+  def summary(self) -> str:
+    """The last line: space-separated key=value pairs."""
+    update = next((p for p in self.programs if p.name == "update"), None)
+    chips_peak = self.slice.chips * self.slice.peak_bf16_flops
+    pairs = {
+        "config": self.config_name,
+        "topology": self.slice.name,
+        "chips": self.slice.chips,
+        "mesh": "x".join(str(v) for v in self.mesh_shape.values()),
+        "peak_gib_per_device": f"{self.peak_bytes / GIB:.2f}",
+        "hbm_gib": f"{self.slice.hbm_gib:g}",
+        "fits": self.fits,
+        "compile_s": f"{sum(p.compile_s for p in self.programs):.1f}",
+    }
+    if update is not None:
+      pairs["update_peak_gib"] = f"{update.peak_bytes / GIB:.2f}"
+      pairs["update_tflop"] = f"{update.model_flops / 1e12:.1f}"
+      pairs["update_s_at_peak"] = f"{update.model_flops / chips_peak:.3f}"
+      pairs["update_compile_s"] = f"{update.compile_s:.1f}"
+    return " ".join(f"{k}={v}" for k, v in pairs.items())
+
+
+# -- shapes -------------------------------------------------------------------
+
+
+def _rows(n: int, shards: int) -> int:
+  """`make_batch`'s row rounding: a power of two, then a multiple of shards."""
+  size = 1
+  while size < max(n, shards, 1):
+    size *= 2
+  return -(-size // shards) * shards
+
+
+def _length(n: int, max_len: int, minimum: int = 64, step: int = 256) -> int:
+  """`make_batch`'s length bucket (powers of two to 256, then multiples)."""
+  size = minimum
+  while size < n and size < step:
+    size *= 2
+  if size < n:
+    size = -(-n // step) * step
+  return min(size, max_len)
+
+
+def update_shapes(config, shards: int) -> dict[str, tuple[int, int]]:
+  """(rows, length) of the update's agent and designer sub-batches.
+
+  `config.compile.*` when set (> 0), else the config's worst case: every turn
+  of every trained episode at `model.max_len` tokens, and one row per
+  designed environment at prompt + program tokens.
+  """
+  c = config
+  episodes = c.designer.num_envs * c.agent.episodes_per_env
+  if c.agent.get("train_on_hinted", True):
+    episodes *= 2
+  agent_rows = c.compile.agent_rows or episodes * c.agent.max_turns
+  agent_len = c.compile.agent_len or c.model.max_len
+  designer_rows = c.compile.designer_rows or c.designer.num_envs
+  designer_len = c.compile.designer_len or _length(
+      c.designer.max_prompt_tokens + c.designer.max_new_tokens, c.model.max_len
+  )
+  multiple = math.lcm(shards, c.optim.get("num_minibatches", 1))
+  return {
+      "agent": (_rows(agent_rows, multiple), agent_len),
+      "designer": (_rows(designer_rows, multiple), designer_len),
+  }
+
+
+def sampler_shapes(config, shards: int) -> dict[str, tuple[int, int, int]]:
+  """(rows, prompt length, new tokens) of each role's sampling call.
+
+  As `Engine.sample` pads them: rows to a power of two and a multiple of the
+  batch shards, prompts to a power-of-two bucket of at most `max_len - new`
+  tokens. Agent: one turn of every episode at once; designer: every design.
+  """
+  c = config
+  out = {}
+  for role, rows, prompt, new in (
+      (
+          "agent",
+          c.designer.num_envs * c.agent.episodes_per_env * 2,
+          c.agent.max_context,
+          c.agent.max_new_tokens,
+      ),
+      (
+          "designer",
+          c.designer.num_envs,
+          c.designer.max_prompt_tokens,
+          c.designer.max_new_tokens,
+      ),
+  ):
+    prompt = sampler_lib.bucket(max(1, min(prompt, c.model.max_len - new)))
+    out[role] = (_rows(rows, shards), prompt, new)
+  return out
+
+
+# -- FLOPs --------------------------------------------------------------------
+
+
+def _layer_matmul_params(cfg: transformer.ModelConfig) -> int:
+  d, hd = cfg.embed_dim, cfg.head_dim
+  attn = d * cfg.num_heads * hd * 2 + d * cfg.num_kv_heads * hd * 2
+  return attn + 3 * d * cfg.mlp_dim  # gated MLP: gate, up, down
+
+
+def _causal_context(length: int, window: int) -> int:
+  """Sum over positions of the keys each attends to (causal, windowed)."""
+  if length <= window:
+    return length * (length + 1) // 2
+  return window * (window + 1) // 2 + (length - window) * window
+
+
+def forward_flops(model_config, rows: int, length: int, logits: str) -> float:
+  """FLOPs of a causal forward over [rows, length] tokens.
+
+  Args:
+    model_config: `config.model`.
+    rows: sequences.
+    length: tokens each.
+    logits: "all" (training: every position) or "last" (prefill).
+  """
+  cfg = transformer.ModelConfig.from_config(model_config)
+  per_token = cfg.num_layers * _layer_matmul_params(cfg)
+  flops = 2.0 * rows * length * per_token
+  for i in range(cfg.num_layers):
+    window = length if cfg.is_global(i) else cfg.window(i)
+    # QK^T and AV: 2 matmuls x 2 FLOPs per multiply-add.
+    flops += (
+        4.0 * rows * cfg.num_heads * cfg.head_dim
+        * _causal_context(length, window)
+    )  # fmt: skip
+  positions = length if logits == "all" else 1
+  return flops + 2.0 * rows * positions * cfg.embed_dim * cfg.vocab_size
+
+
+def decode_flops(model_config, rows: int, cache_len: int) -> float:
+  """FLOPs of one decode step of `rows` sequences with `cache_len` keys."""
+  cfg = transformer.ModelConfig.from_config(model_config)
+  flops = 2.0 * rows * cfg.num_layers * _layer_matmul_params(cfg)
+  for i in range(cfg.num_layers):
+    keys = cache_len if cfg.is_global(i) else min(cfg.window(i), cache_len)
+    flops += 4.0 * rows * cfg.num_heads * cfg.head_dim * keys
+  return flops + 2.0 * rows * cfg.embed_dim * cfg.vocab_size
+
+
+def update_flops(config, shapes: dict[str, tuple[int, int]]) -> float:
+  """Forward + backward (3 forwards) per epoch, plus the KL reference pass."""
+  passes = 3 + (1 if state_lib.keeps_reference(config) else 0)
+  total = sum(
+      forward_flops(config.model, rows, length, "all")
+      for rows, length in shapes.values()
+  )
+  return passes * total * config.optim.get("epochs", 1)
+
+
+# -- compiling ----------------------------------------------------------------
+
+
+def _abstract(tree, shardings):
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      tree,
+      shardings,
+  )
+
+
+def abstract_state(config, mesh, rules, optimizer) -> state_lib.TrainState:
+  """The step-0 train state as ShapeDtypeStructs with their shardings."""
+
+  def make(rng):
+    params = transformer.init_params(config.model, rng)
+    return state_lib.create_train_state(
+        params,
+        optimizer,
+        rng,
+        keep_reference=state_lib.keeps_reference(config),
+    )
+
+  shapes = jax.eval_shape(make, jax.random.PRNGKey(0))
+  return _abstract(shapes, state_lib.state_shardings(shapes, mesh, rules))
+
+
+def _memory(program: Program, compiled, hbm_bytes: float) -> None:
+  stats = compiled.memory_analysis()
+  program.argument_bytes = int(stats.argument_size_in_bytes)
+  program.output_bytes = int(stats.output_size_in_bytes)
+  program.alias_bytes = int(stats.alias_size_in_bytes)
+  program.temp_bytes = int(stats.temp_size_in_bytes)
+  peak = int(getattr(stats, "peak_memory_in_bytes", 0) or 0)
+  if peak <= 0:
+    peak = (
+        program.argument_bytes
+        + program.output_bytes
+        - program.alias_bytes
+        + program.temp_bytes
+    )
+  program.peak_bytes = peak
+  program.fits = peak <= hbm_bytes
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else {}
+  program.xla_flops = float((cost or {}).get("flops", 0.0))
+
+
+def _compile(program: Program, lower, hbm_bytes: float):
+  """Lowers and compiles; an out-of-memory compile is a result, not a crash.
+
+  Returns:
+    (program with its figures filled in, the `Lowered` object).
+  """
+  start = time.perf_counter()
+  lowered = lower()
+  try:
+    compiled = lowered.compile()
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    program.error = str(e).strip().splitlines()[0][:500]
+    program.fits = False
+  else:
+    _memory(program, compiled, hbm_bytes)
+  program.compile_s = time.perf_counter() - start
+  return program, lowered
+
+
+def _batch(rows: int, length: int, sh) -> dict[str, jax.ShapeDtypeStruct]:
+  def sds(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sh)
+
+  grid = (rows, length)
+  return {
+      "tokens": sds(grid, jnp.int32),
+      "positions": sds(grid, jnp.int32),
+      "input_mask": sds(grid, jnp.bool_),
+      "loss_mask": sds(grid, jnp.bool_),
+      "old_logprobs": sds(grid, jnp.float32),
+      "advantages": sds((rows,), jnp.float32),
+      "weights": sds((rows,), jnp.float32),
+  }
+
+
+def compile_update(config, mesh, rules, state, optimizer, hbm_bytes):
+  """The update step of `spade.train.update.make_update_step`, compiled."""
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  shapes = update_shapes(config, shards)
+  model = transformer.build_model(config.model)
+  update_fn = update_lib.make_update_step(model, optimizer, mesh, config)
+  batch = {
+      role: _batch(rows, length, update_fn.batch_sharding)
+      for role, (rows, length) in shapes.items()
+  }
+  # `update_fn` checks the batch and builds its jitted step on the first
+  # call. A leaf that is no array makes jit refuse the call while reading
+  # its arguments, before tracing or compiling (abstract arguments alone
+  # would be compiled, then fail to run); the jitted step it kept is
+  # lowered here instead.
+  probe = {role: dict(sub, unplaceable=object()) for role, sub in batch.items()}
+  try:
+    update_fn(state, probe)
+  except TypeError:
+    pass
+  jitted = update_fn.compiled.get(jax.tree.structure(state))
+  if jitted is None:
+    raise RuntimeError(
+        "spade.train.update's update_fn no longer keeps its jitted step in"
+        " `update_fn.compiled`; spade.compile needs a way to lower it"
+    )
+
+  def lower():
+    with sharding.use_rules(mesh, rules):
+      return jitted.lower(state, batch)
+
+  program = Program(
+      "update",
+      ", ".join(f"{r} {n}x{t}" for r, (n, t) in shapes.items())
+      + f", microbatch_rows={config.optim.microbatch_rows}"
+      + f", remat={config.model.remat}",
+      model_flops=update_flops(config, shapes),
+  )
+  return _compile(program, lower, hbm_bytes)[0]
+
+
+def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
+  """The role's prefill and one decode step, with the rollout's KV cache."""
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  rows, prompt, new = sampler_shapes(config, shards)[role]
+  tokens_to_logits, make_cache = transformer.sampling_fns(
+      config.model, _ROLES[role]
+  )
+  grid = sharding.batch_sharding(mesh, rules, 2)
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+  def prefill(params, prompts, positions, input_mask):
+    cache = make_cache(rows, prompt + new)
+    return tokens_to_logits(
+        params, prompts, positions, input_mask, cache, jnp.int32(0)
+    )
+
+  def decode(params, last, positions, cache, index):
+    mask = jnp.ones(last.shape, bool)
+    return tokens_to_logits(params, last, positions, mask, cache, index)
+
+  def ints(shape, dtype=jnp.int32):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=grid)
+
+  prefill_args = (
+      params,
+      ints((rows, prompt)),
+      ints((rows, prompt)),
+      ints((rows, prompt), jnp.bool_),
+  )
+
+  def lower_prefill():
+    with sharding.use_rules(mesh, rules):
+      return jax.jit(prefill).lower(*prefill_args)
+
+  first, lowered = _compile(
+      Program(
+          f"{role} prefill",
+          f"{rows}x{prompt} prompt, cache {prompt + new}",
+          model_flops=forward_flops(config.model, rows, prompt, "last"),
+      ),
+      lower_prefill,
+      hbm_bytes,
+  )
+  programs = [first]
+  # The decode step takes the cache as the prefill leaves it (its layout and
+  # shardings), and donates it, as the sampler's loop updates it in place.
+  cache = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      lowered.out_info[1],
+  )
+
+  def lower_decode():
+    with sharding.use_rules(mesh, rules):
+      return jax.jit(decode, donate_argnums=(3,)).lower(
+          params,
+          ints((rows, 1)),
+          ints((rows, 1)),
+          cache,
+          jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+      )
+
+  programs.append(
+      _compile(
+          Program(
+              f"{role} decode",
+              f"{rows} rows, cache {prompt + new}, x{new} steps",
+              model_flops=decode_flops(config.model, rows, prompt + new),
+          ),
+          lower_decode,
+          hbm_bytes,
+      )[0]
+  )
+  return programs
+
+
+def run(
+    config: ml_collections.ConfigDict,
+    topology: str,
+    *,
+    config_name: str = "",
+    samplers: bool = True,
+    log=print,
+) -> Report:
+  """Compiles the config's programs for the named slice; returns the report.
+
+  Args:
+    config: a validated config.
+    topology: a slice name of `spade.model.topology` (e.g. "v5p-32").
+    config_name: shown in the report.
+    samplers: also compile each role's prefill and decode step.
+    log: called with each program's line as it finishes.
+  """
+  tpu = topology_lib.parse(topology)
+  devices = tpu.devices()
+  mesh = sharding.make_mesh(config.mesh, devices)
+  rules = tuple(
+      (name, tuple(axes) if isinstance(axes, list) else axes)
+      for name, axes in config.mesh.rules
+  )
+  hbm = tpu.hbm_gib * GIB
+  optimizer = state_lib.make_optimizer(config.optim)
+  state = abstract_state(config, mesh, rules, optimizer)
+  report = Report(config_name, tpu, dict(mesh.shape), [])
+
+  def add(program: Program) -> None:
+    report.programs.append(program)
+    log(describe(program, tpu))
+
+  add(compile_update(config, mesh, rules, state, optimizer, hbm))
+  if samplers:
+    for role in _ROLES:
+      for program in compile_sampler(
+          config, mesh, rules, state.params, role, hbm
+      ):
+        add(program)
+  return report
+
+
+def describe(program: Program, tpu: topology_lib.Slice) -> str:
+  """One human line per program."""
+  head = f"{program.name} [{program.shape}]"
+  if program.error:
+    return f"{head}: DOES NOT FIT ({program.compile_s:.1f} s): {program.error}"
+  at_peak = program.model_flops / (tpu.chips * tpu.peak_bf16_flops)
+  return (
+      f"{head}: per device args {program.argument_bytes / GIB:.2f} GiB, out"
+      f" {program.output_bytes / GIB:.2f} (aliased"
+      f" {program.alias_bytes / GIB:.2f}), temp"
+      f" {program.temp_bytes / GIB:.2f}, peak {program.peak_bytes / GIB:.2f}"
+      f" GiB of {tpu.hbm_gib:g} GiB HBM{'' if program.fits else ' (OVER)'};"
+      f" model {program.model_flops:.3g} FLOP/call, >= {at_peak:.4g} s at"
+      f" {tpu.chips} x {tpu.peak_bf16_flops / 1e12:g} TFLOP/s (MFU = this /"
+      f" measured); XLA {program.xla_flops:.3g} FLOP/device (loop bodies"
+      f" once); compiled in {program.compile_s:.1f} s"
+  )
+
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file, e.g. configs/gemma3_1b_tpu.py"
+)
+_TOPOLOGY = flags.DEFINE_string(
+    "topology", None, "TPU slice name, e.g. v5p-8, v5p-32, v5e-16, v6e-8."
+)
+_SAMPLERS = flags.DEFINE_bool(
+    "samplers", True, "Also compile each role's prefill and decode step."
+)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    sys.exit(f"spade.compile: unexpected arguments: {' '.join(argv[1:])}")
+  if _CONFIG.value is None or not _TOPOLOGY.value:
+    sys.exit("spade.compile: --config and --topology are required")
+  config = _CONFIG.value
+  try:
+    config_lib.validate(config)
+    topology_lib.parse(_TOPOLOGY.value)
+  except (config_lib.ConfigError, topology_lib.TopologyError) as e:
+    sys.exit(f"spade.compile: {e}")
+  report = run(
+      config,
+      _TOPOLOGY.value,
+      config_name=flags.FLAGS["config"].config_filename,
+      samplers=_SAMPLERS.value,
+      log=lambda line: print(line, flush=True),
+  )
+  print(report.summary(), flush=True)
+  sys.exit(0 if report.fits else 1)
+
+
+if __name__ == "__main__":
+  app.run(main)
