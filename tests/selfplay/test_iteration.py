@@ -1,0 +1,275 @@
+"""The loop's host logic with a fake policy and executor (no model, no sandbox).
+
+Each test pins a bug the untyped loop had, or a reference default.
+"""
+
+import json
+import types
+
+import numpy as np
+
+from spade import config as config_lib
+from spade.agent import episodes as episodes_lib
+from spade.regret import scoring
+from spade.selfplay import batching
+from spade.selfplay import curriculum as curriculum_lib
+from spade.selfplay import loop
+from spade.selfplay import records
+
+PROGRAM = '''
+class CountEnv:
+    """Count to three."""
+
+    def __init__(self, max_turns=3):
+        self.n = 0
+
+    def reset(self, seed=None):
+        self.n = 0
+        return "count", {}
+
+    def step(self, action):
+        self.n += 1
+        return "ok", float(self.n == 3), self.n == 3, False, {}
+'''
+
+
+class FakeEngine:
+  """What the loop asks of the policy and the environment executor."""
+
+  def __init__(self, config, verdict=None):
+    self.config = config
+    self.tokenizer = types.SimpleNamespace(bos_id=257)
+    self.verdict = verdict or {"valid": True, "reason": "ok", "has_hint": False}
+    self.sampled = []
+    self.updates = []
+
+  def render(self, messages):
+    return [257] + [
+        ord(c) % 256 for c in "".join(m["content"] for m in messages)
+    ]
+
+  def prompt_budget(self, role):
+    del role
+    return 10_000
+
+  def sample(self, prompts, *, role, max_new_tokens, temperature, seed):
+    del max_new_tokens, temperature, seed
+    self.sampled.append((role, len(prompts)))
+    # Each design phase samples programs, then writes their hints.
+    designer_calls = sum(r == "designer" for r, _ in self.sampled)
+    if role == "designer" and designer_calls % 2 == 0:
+      text = "Count to three, one step at a time."
+    else:
+      text = f"```python\n{PROGRAM}\n```"
+    return [([1, 2, 3], [-0.5, -0.5, -0.5], text) for _ in prompts]
+
+  def validate(self, codes):
+    return [dict(self.verdict) for _ in codes]
+
+  def update(self, agent_rows, designer_rows):
+    self.updates.append((list(agent_rows), list(designer_rows)))
+    return {"train/loss": 0.0}
+
+
+def _config(**overrides):
+  c = config_lib.base_config()
+  c.grounding.enabled = False
+  c.designer.num_envs = 2
+  c.designer.samples_per_prompt = 2
+  c.agent.episodes_per_env = 2
+  for key, value in overrides.items():
+    node = c
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = value
+  return c
+
+
+def _trainer(config, engine=None):
+  t = loop.Trainer.__new__(loop.Trainer)
+  t.config = config
+  t.workdir = "/nonexistent"
+  t.engine = engine or FakeEngine(config)
+  t.state = curriculum_lib.Curriculum(config)
+  t.seeds = []
+  t._pool_programs = None  # pylint: disable=protected-access
+  t._warned_prompt_cut = False  # pylint: disable=protected-access
+  return t
+
+
+def _timer():
+  return {"sampling": 0.0, "sandbox": 0.0, "update": 0.0}
+
+
+def test_a_replayed_program_keeps_the_hint_written_for_it():
+  # A valid program without hint(): the model writes its hint. The archive
+  # must keep that hint, so replaying the program plays a hinted arm.
+  c = _config(
+      **{
+          "memory.replay_fraction": 1.0,
+          "designer.num_envs": 1,
+          "designer.samples_per_prompt": 1,
+      }
+  )
+  t = _trainer(c)
+  designs, _ = t.design(0, _timer())
+  assert designs and all(d.valid for d in designs)
+  written = designs[0].hint
+  assert written and "Count to three" in written
+  replays = [e for e in t.environments(1, []) if e.origin == "replay"]
+  assert replays, "nothing was replayed"
+  assert all(e.hint == written for e in replays)
+
+
+def test_designs_are_frozen_records():
+  t = _trainer(_config())
+  designs, _ = t.design(0, _timer())
+  d = designs[0]
+  assert isinstance(d, records.Design) and isinstance(
+      d.verdict, records.Verdict
+  )
+  try:
+    d.verdict.valid = False  # type: ignore[misc]
+  except AttributeError:
+    pass
+  else:
+    raise AssertionError("a Verdict must be frozen")
+
+
+def test_required_properties_reject_a_program_that_lacks_them():
+  c = _config()
+  c.environments.require = ("deterministic",)
+  verdict = {
+      "valid": True,
+      "reason": "ok",
+      "properties": {"deterministic": False},
+  }
+  t = _trainer(c, FakeEngine(c, verdict))
+  designs, _ = t.design(0, _timer())
+  assert not any(d.valid for d in designs)
+  assert designs[0].verdict.reason == "requires_deterministic"
+
+
+def _episode(env, k, hinted, rewards, terminated=True, env_failed=False):
+  turns = tuple(
+      episodes_lib.Turn((1, 2), (3, 4), (-0.1, -0.2), "a", r, "o")
+      for r in rewards
+  )
+  return episodes_lib.Episode(
+      env_index=env,
+      sample=k,
+      hinted=hinted,
+      seed=0,
+      hint="h" if hinted else None,
+      first_observation="x",
+      turns=turns,
+      terminated=terminated,
+      truncated=not terminated,
+      env_failed=env_failed,
+  )
+
+
+def test_failed_environment_episodes_leave_their_group_and_the_update():
+  c = _config()
+  t = _trainer(c)
+  envs = [records.Environment("src", "seed", None)]
+  episodes = [
+      _episode(0, 0, False, [1.0]),
+      _episode(0, 1, False, [0.0], env_failed=True),
+      _episode(0, 0, True, [1.0]),
+      _episode(0, 1, True, [1.0]),
+  ]
+  scores = t.score([], envs, episodes)
+  assert not scores.mask[0, 1, 0] and scores.mask[0, 0, 0]
+  # The only unhinted episode left has no one to be compared with: no
+  # advantage, no row; the failed one is never a row.
+  agent_rows, _, _ = t.rows([], episodes, scores)
+  assert agent_rows == []
+
+
+def test_rows_only_where_there_is_signal_and_not_on_hinted_plays():
+  c = _config()
+  t = _trainer(c)
+  envs = [
+      records.Environment("a", "seed", None),
+      records.Environment("b", "seed", None),
+  ]
+  episodes = [
+      _episode(0, 0, False, [0.0, 1.0]),  # wins in two turns
+      _episode(0, 1, False, [0.0], terminated=False),  # truncated: 0
+      _episode(0, 0, True, [1.0]),
+      _episode(0, 1, True, [1.0]),
+      _episode(1, 0, False, [0.0]),  # env 1: all equal, no signal
+      _episode(1, 1, False, [0.0]),
+      _episode(1, 0, True, [0.0]),
+      _episode(1, 1, True, [0.0]),
+  ]
+  scores = t.score([], envs, episodes)
+  agent_rows, designer_rows, total = t.rows([], episodes, scores)
+  # Env 0's two unhinted episodes: 3 turns with advantages +-0.5 (centred,
+  # not divided by the std: the reference's setting).
+  assert sorted(r.advantage for r in agent_rows) == [-0.5, 0.5, 0.5]
+  assert designer_rows == [] and total == 5  # unhinted turns only
+
+  c.agent.train_on_hinted = True
+  c.regret.agent_advantage = "normalize"
+  scores = t.score([], envs, episodes)
+  agent_rows, _, total = t.rows([], episodes, scores)
+  assert total == 9 and len(agent_rows) == 5  # env 0, both arms
+
+
+def test_reference_designer_advantages_centre_a_group_with_an_invalid_design():
+  c = _config()
+  score = scoring.make_scorer(c)
+  returns = np.zeros((1, 2, 2), np.float32)
+  returns[0, :, 1] = 1.0  # hinted wins, unhinted loses: full regret term
+  mask = np.ones_like(returns, bool)
+  out = score(
+      returns,
+      mask,
+      np.ones((1,), bool),
+      np.array([0], np.int32),  # env 0 is design 0
+      np.array([True, False]),  # design 1 is invalid
+      np.array([0, 0], np.int32),
+  )
+  valid_reward = 0.4 * 1.0 + 0.6 * 0.0  # regret term + plateau(0)
+  np.testing.assert_allclose(out["design_reward"], [valid_reward, -1.0])
+  gap = (valid_reward + 1.0) / 2
+  np.testing.assert_allclose(out["designer_advantages"], [gap, -gap], 1e-6)
+  # Ours: std-normalised, every difference becomes +-1.
+  c.regret.designer_advantage = "normalize"
+  out = scoring.make_scorer(c)(
+      returns,
+      mask,
+      np.ones((1,), bool),
+      np.array([0], np.int32),
+      np.array([True, False]),
+      np.array([0, 0], np.int32),
+  )
+  np.testing.assert_allclose(out["designer_advantages"], [1.0, -1.0], 1e-5)
+
+
+def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
+  for name in ("a.py", "b.py"):
+    (tmp_path / name).write_text(PROGRAM)
+  c = _config(**{"train.mode": "fixed_pool", "train.pool_dir": str(tmp_path)})
+  c.designer.num_envs = 4
+  envs = _trainer(c).environments(0, [])
+  assert len(envs) == 4
+  assert {e.name for e in envs} <= {"a.py", "b.py"}
+  assert all(e.origin == "pool" for e in envs)
+
+
+def test_delayed_designer_rows_survive_the_checkpoint():
+  c = _config()
+  state = curriculum_lib.Curriculum(c)
+  row = batching.Row([1, 2], [3], [-0.5], 0.25)
+  assert state.delay_designer_rows(0, [row], delay=2) == []
+  assert state.delay_designer_rows(1, [], delay=2) == []
+  # The checkpoint keeps the loop state as JSON; a resume loads it.
+  saved = json.loads(json.dumps(state.state()))
+  resumed = curriculum_lib.Curriculum(c)
+  resumed.load(saved)
+  assert resumed.delay_designer_rows(2, [], delay=2) == [row]
+  assert state.delay_designer_rows(2, [], delay=2) == [row]
