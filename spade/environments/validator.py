@@ -322,31 +322,44 @@ def _size(x: Any, limit: int, depth: int = 0) -> int:
 class _Clock:
   """The per-call and whole-validation budgets, with signals when possible.
 
-  One ITIMER_REAL serves both: each call arms it for the sooner of its own
-  budget and the whole validation's. It re-fires every `_REFIRE_S` (a
-  program's bare `except:` may swallow one alarm). math_verify's
-  signal.alarm() cancels it, so ITIMER_PROF (CPU time, which math_verify
-  leaves alone) is armed alike as a backstop for a loop that follows a
-  math_verify call, and a call is also timed when it returns.
+  A call is over budget when it has used `call_s` seconds of CPU time, or
+  `WALL_FACTOR` times that of wall time (a call that sleeps or blocks): CPU
+  time is what the program controls, so a loaded host does not turn a fast
+  program into an invalid one. ITIMER_PROF (CPU) and ITIMER_REAL (wall, also
+  the whole validation's budget) are armed for each call and re-fire every
+  `_REFIRE_S` (a program's bare `except:` may swallow one signal).
+  math_verify's signal.alarm() cancels ITIMER_REAL but not ITIMER_PROF, and
+  a call is also measured when it returns.
   """
 
+  WALL_FACTOR = 4.0
   _REFIRE_S = 0.05
 
   def __init__(self, budget_s: float, call_s: float):
     self.start = time.monotonic()
     self.deadline = self.start + budget_s
     self.call_s = call_s
-    self.call_deadline = self.deadline
+    self.call_start = (self.start, time.process_time())
+    self.call_limit = None
     self.in_call = False
     self.alarm = threading.current_thread() is threading.main_thread() and (
         hasattr(signal, "setitimer")
     )
     self._old_handler = None
 
+  def over(self) -> bool:
+    """Whether the running call is past its budget."""
+    if self.call_limit is None:
+      return False
+    wall, cpu = self.call_start
+    return (
+        time.process_time() - cpu > self.call_limit
+        or time.monotonic() - wall > self.call_limit * self.WALL_FACTOR
+    )
+
   def _on_alarm(self, signum, frame):
     del signum, frame
-    now = time.monotonic()
-    if now >= self.deadline or (self.in_call and now >= self.call_deadline):
+    if time.monotonic() >= self.deadline or (self.in_call and self.over()):
       raise _OutOfTime()
 
   def install(self) -> None:
@@ -363,23 +376,23 @@ class _Clock:
       signal.signal(signal.SIGALRM, self._old_handler[0])
       signal.signal(signal.SIGPROF, self._old_handler[1])
 
-  def begin(self, call_s: float | None) -> float:
-    """Arms the timer for one call (None: only the whole budget)."""
+  def begin(self, call_s: float | None) -> None:
+    """Arms the timers for one call (None: only the whole budget)."""
     now = time.monotonic()
     if now >= self.deadline:
       raise _OutOfTime()
-    self.call_deadline = (
-        self.deadline if call_s is None else min(self.deadline, now + call_s)
-    )
+    self.call_start = (now, time.process_time())
+    self.call_limit = call_s
     self.in_call = True
     if self.alarm:
       # math_verify swaps the handler around its own alarm: take it back.
       if signal.getsignal(signal.SIGALRM) != self._on_alarm:
         signal.signal(signal.SIGALRM, self._on_alarm)
-      delay = max(1e-3, self.call_deadline - now)
-      signal.setitimer(signal.ITIMER_REAL, delay, self._REFIRE_S)
-      signal.setitimer(signal.ITIMER_PROF, delay, self._REFIRE_S)
-    return now
+      left = self.deadline - now
+      wall = left if call_s is None else min(left, call_s * self.WALL_FACTOR)
+      signal.setitimer(signal.ITIMER_REAL, max(1e-3, wall), self._REFIRE_S)
+      if call_s is not None:
+        signal.setitimer(signal.ITIMER_PROF, max(1e-3, call_s), self._REFIRE_S)
 
   def end(self) -> None:
     self.in_call = False
@@ -434,7 +447,7 @@ class _Run:
       _Reject: the call ran past its budget ("call_timeout"), returned too
         much ("output_too_large") or exited ("crash").
     """
-    start = self.clock.begin(self.clock.call_s)
+    self.clock.begin(self.clock.call_s)
     try:
       out = fn(*args, **kwargs)
     except _OutOfTime:
@@ -453,8 +466,9 @@ class _Run:
           f"{what} raised {type(e).__name__}: {e}"
           f"{runtime.program_line(e, self.filename)}"
       ) from None
+    over = self.clock.over()
     self.clock.end()
-    if time.monotonic() - start > self.clock.call_s:
+    if over:
       raise self._too_slow(what)
     size = _size(out, self.max_output_chars)
     if size > self.max_output_chars:
@@ -468,9 +482,10 @@ class _Run:
   def _too_slow(self, what: str) -> _Reject:
     return _Reject(
         "call_timeout",
-        f"{what} took longer than the per-call budget of"
-        f" {self.clock.call_s} s; a reset, step or tool call must finish"
-        " quickly (look for unbounded loops or brute-force searches)",
+        f"{what} ran past the per-call budget of {self.clock.call_s} s of"
+        f" CPU time ({self.clock.call_s * self.clock.WALL_FACTOR:g} s of wall"
+        " time); a reset, step or tool call must finish quickly (look for"
+        " unbounded loops or brute-force searches)",
     )
 
   def _reset(self, env, seed) -> str:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from spade.environments import runtime
+from spade.environments import tool_calls
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -237,3 +238,42 @@ def test_runtime_and_validator_import_with_the_standard_library_only():
       check=True,
   )
   assert out.stdout.strip() == "[]"
+
+
+def test_fifteen_tool_calls_win_within_the_default_ten_turns():
+  # The reference's play rules: each call runs through execute_tool without
+  # spending a turn; only the answer is a step().
+  env = runtime.instantiate(
+      runtime.load_program(_fixture("variants/long_tool_chain.py"))
+  )
+  assert env.max_turns == 10
+  env.reset(seed=11)
+  has_tools = bool(env.get_tools())
+  calls, outputs, last = 0, [], None
+  for reply in env.solution():
+    for kind, action in tool_calls.reply_actions(reply, has_tools):
+      if kind == "tool":
+        result = env.execute_tool(action["name"], action["arguments"])
+        assert result["returncode"] == 0
+        outputs.append(int(result["output"]))
+        calls += 1
+      else:
+        last = env.step(action)
+  assert calls == 15 and env.turn_count == 1
+  assert sum(outputs) == int(env._expected_answer)
+  assert last == ("Correct!", 1.0, True, False, {})
+
+
+def test_tool_calls_sent_through_step_spend_turns():
+  # Sent one per step instead, the same calls run out of turns: the reason
+  # play sends them through execute_tool.
+  env = runtime.instantiate(
+      runtime.load_program(_fixture("variants/long_tool_chain.py"))
+  )
+  env.reset(seed=11)
+  out = None
+  for i in range(15):
+    out = env.step(_call("read_envelope", index=i))
+    if out[3]:
+      break
+  assert i == 9 and out[3] and "Time up." in out[0]
