@@ -309,3 +309,78 @@ def test_microbatches_and_remat_give_the_same_step(setup):
   assert m1["train/agent_num_tokens"] == m0["train/agent_num_tokens"]
   for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):
     np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def _on_policy_batch(setup):
+  """The setup batch with old logprobs equal to the params' own: ratio 1."""
+  return {
+      name: dict(
+          sub,
+          old_logprobs=np.where(
+              sub["loss_mask"], setup["new_logprobs"][name], 0.0
+          ).astype(np.float32),
+      )
+      for name, sub in setup["batch"].items()
+  }
+
+
+def _run(setup, config, mesh, batch, calls=1):
+  optimizer = state_lib.make_optimizer(config.optim)
+  state = state_lib.create_state(
+      setup["params"],
+      optimizer,
+      rng=jax.random.PRNGKey(3),
+      mesh=mesh,
+      rules=config.mesh.rules,
+  )
+  step = update.make_update_step(setup["model"], optimizer, mesh, config)
+  metrics = []
+  for _ in range(calls):
+    state, m = step(state, batch)
+    metrics.append(jax.device_get(m))
+  return state, metrics
+
+
+def test_epochs_make_the_clip_bind(setup):
+  """On-policy data: one step never clips; later steps of one batch do."""
+  batch = _on_policy_batch(setup)
+  mesh = _mesh(setup["config"], 2, 1, 1)
+  _, (one,) = _run(setup, _config(learning_rate=1e-2), mesh, batch)
+  assert one["train/optimizer_steps"] == 1
+  for name in ROLES:
+    assert one[f"train/{name}_clip_frac"] == 0.0
+    assert one[f"train/{name}_ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+  c = _config(learning_rate=1e-2, epochs=2, num_minibatches=2)
+  state, (four,) = _run(setup, c, mesh, batch)
+  assert four["train/optimizer_steps"] == 4
+  assert int(state.step) == 4
+  for name in ROLES:
+    assert four[f"train/{name}_clip_frac"] > 0
+    assert four[f"train/{name}_approx_kl"] > 0
+    # num_tokens counts one pass over the batch, not one per epoch.
+    assert four[f"train/{name}_num_tokens"] == one[f"train/{name}_num_tokens"]
+
+
+def test_two_epochs_equal_two_single_steps(setup):
+  """epochs=2 of the whole batch == two calls of the one-step update."""
+  mesh = _mesh(setup["config"], 2, 1, 1)
+  batch = setup["batch"]
+  s_two, (m_two,) = _run(setup, _config(epochs=2), mesh, batch)
+  s_one, (m_a, m_b) = _run(setup, _config(), mesh, batch, calls=2)
+  assert int(s_two.step) == int(s_one.step) == 2
+  for a, b in zip(
+      jax.tree.leaves(jax.device_get(s_two.params)),
+      jax.tree.leaves(jax.device_get(s_one.params)),
+  ):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  for key in ("train/loss", "train/agent_clip_frac", "train/grad_norm"):
+    np.testing.assert_allclose(
+        m_two[key], (m_a[key] + m_b[key]) / 2, rtol=1e-5, atol=1e-7
+    )
+
+
+def test_minibatches_must_divide_the_rows(setup):
+  c = _config(num_minibatches=3)
+  mesh = _mesh(c, 2, 1, 1)
+  with pytest.raises(ValueError, match="num_minibatches=3"):
+    _run(setup, c, mesh, setup["batch"])
