@@ -381,8 +381,9 @@ class SandboxPool:
       memory_mb: address-space limit of each environment process.
       host_grace_s: margin after a worker deadline before the host gives up
         on the sandbox and replaces it.
-      max_envs_per_sandbox: children (environments, validations, programs)
-        after which a sandbox takes no new ones and is replaced once empty.
+      max_envs_per_sandbox: children (program processes, validations,
+        program runs) after which a sandbox takes no new ones and is
+        replaced once empty.
       max_age_s: age after which a sandbox is recycled the same way.
       max_host_tasks: host threads + ptrace stubs of a gVisor sandbox over
         which it is recycled.
@@ -908,13 +909,15 @@ class SandboxPool:
     with self._lock:
       self._check_open()
       sb = self._pick(source)
+      # A new process only for a program not running there yet.
+      new = 0 if sb.sources.get(source) else 1
       result = self._one(
           sb,
           {"op": "create", "source": source, "kwargs": kwargs or {}},
           self.step_timeout_s,
       )
       if sb in self._sandboxes or sb in self._retired:
-        sb.children += 1
+        sb.children += new
       if not result.get("ok"):
         if sb in self._sandboxes:
           self._retire_if_worn(sb)
@@ -974,10 +977,16 @@ class SandboxPool:
             self.step_timeout_s * (1 + -(-programs // self.max_parallel))
             + len(sb_items) * (2 + calls) * self.call_timeout_s,
         )
+      started = {
+          sb: len(
+              {it["source"] for it in v if not sb.sources.get(it["source"])}
+          )
+          for sb, v in per.items()
+      }
       answers = self._request(per, timeout)
       for sb, value in answers.items():
         if sb in self._sandboxes or sb in self._retired:
-          sb.children += len(where[sb])
+          sb.children += started[sb]
         for k, i in enumerate(where[sb]):
           r = value if isinstance(value, str) else value[k]
           if isinstance(r, str):

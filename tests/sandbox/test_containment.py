@@ -96,7 +96,9 @@ result = repr({
   assert_pool_works(gvisor_pool)
 
 
-def test_nothing_written_by_one_env_is_visible_to_the_next(gvisor_pool):
+def test_nothing_written_by_one_program_is_visible_to_another(gvisor_pool):
+  # (The episodes of one program share its process and directory; the
+  # validator refuses file access in valid programs.)
   first, out = probe(
       gvisor_pool,
       """
@@ -131,10 +133,11 @@ result = repr((
 ))
 """
   # While the first environment lives (same sandbox or not) ...
-  during = [probe(gvisor_pool, steal) for _ in range(2)]
+  thieves = [program(f"thief{i}") for i in range(2)]
+  during = [probe(gvisor_pool, steal, source=t) for t in thieves]
   gvisor_pool.close_env(first)
   # ... and after it is gone.
-  after = [probe(gvisor_pool, steal) for _ in range(2)]
+  after = [probe(gvisor_pool, steal, source=t) for t in thieves + [PROBE]]
   for r in during + after:
     assert r["ok"], r
     read, listing, own = eval(r["obs"])  # pylint: disable=eval-used

@@ -9,6 +9,7 @@ a failure stays inside its program, and the per-call budgets in play.
 import random
 import time
 
+import numpy as np
 import pytest
 
 from spade.sandbox import SandboxPool
@@ -30,12 +31,14 @@ class StatefulEnv:
   def reset(self, seed=None):
     self.actions = []
     random.seed(seed)
+    np.random.seed(seed)
     return "ready", {}
 
   def step(self, action):
     import os
     self.actions.append(action)
-    seen = (os.getpid(), os.getuid(), list(self.actions), random.random())
+    draws = (random.random(), float(np.random.random()))
+    seen = (os.getpid(), os.getuid(), list(self.actions), draws)
     return repr(seen), 0.0, False, False, {}
 '''
 
@@ -61,7 +64,7 @@ def _seen(result):
 
 def test_episodes_share_a_process_but_not_their_state():
   # One sandbox, so that both programs run in it.
-  with SandboxPool("gvisor", 1, preload=(), warm_spare=False) as pool:
+  with SandboxPool("gvisor", 1, preload=("numpy",), warm_spare=False) as pool:
     other = STATEFUL.replace("StatefulEnv", "OtherEnv")
     opened = pool.open_many(
         [{"source": STATEFUL, "seed": s} for s in (1, 2, 3)]
@@ -71,17 +74,19 @@ def test_episodes_share_a_process_but_not_their_state():
     handles = [o["handle"] for o in opened]
     assert pool.stats()[0]["programs"] == 2
     # Interleaved steps: each episode sees only its own actions, and draws
-    # from the global generator exactly what it would draw alone.
+    # from the global generators exactly what it would draw alone.
     first = pool.step_many([(h, f"a{i}") for i, h in enumerate(handles)])
     second = pool.step_many(
         [(h, f"b{i}") for i, h in reversed(list(enumerate(handles)))]
     )[::-1]
     for i, seed in enumerate((1, 2, 3, 4)):
       rng = random.Random(seed)
+      np_rng = np.random.RandomState(seed)
       pid1, uid1, actions1, draw1 = _seen(first[i])
       pid2, uid2, actions2, draw2 = _seen(second[i])
       assert (actions1, actions2) == ([f"a{i}"], [f"a{i}", f"b{i}"])
-      assert (draw1, draw2) == (rng.random(), rng.random())
+      assert draw1 == (rng.random(), np_rng.random_sample())
+      assert draw2 == (rng.random(), np_rng.random_sample())
       assert (pid1, uid1) == (pid2, uid2)
     # One program, one process and uid; another program, another of both.
     ids = [tuple(_seen(r)[:2]) for r in first]

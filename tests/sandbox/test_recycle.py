@@ -13,6 +13,7 @@ from spade.sandbox import runsc
 from tests.sandbox.conftest import PROBE
 from tests.sandbox.conftest import assert_pool_works
 from tests.sandbox.conftest import host_processes
+from tests.sandbox.conftest import program
 
 pytestmark = pytest.mark.sandbox
 
@@ -43,10 +44,13 @@ def test_recycled_after_n_children_with_warm_spare(small_pool):
   _wait_for_spare(pool)
   first = pool.stats()[0]
   spare_name = pool._spare.name  # pylint: disable=protected-access
-  keep = pool.create(PROBE)
+  keep = pool.create(program("keep"))
   pool.reset(keep, 0)
-  pool.close_env(pool.create(PROBE))
-  third = pool.create(PROBE)  # the third child wears the sandbox out
+  # More episodes of a running program start no process: no wear.
+  pool.close_env(pool.create(program("keep")))
+  pool.close_env(pool.create(program("second")))
+  assert pool.stats()[0]["name"] == first["name"]
+  third = pool.create(program("third"))  # the third process wears it out
   now = pool.stats()[0]
   assert now["name"] == spare_name != first["name"]
   # Environments on the retired sandbox keep working until closed.
