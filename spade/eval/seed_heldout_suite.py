@@ -4,45 +4,22 @@ The environments are the seed library's programs flagged `heldout=True`
 (`spade.environments.library.seed_programs()`); training never samples them.
 Episode i plays program i % P (P held-out programs) with seed
 `config.eval.seed + i // P`, without a hint, for at most `config.eval.max_turns`
-turns (0: `config.agent.max_turns`). All live episodes advance together: one
-`respond` call and one `pool.step_many` call per turn. The prompt is the
-agent's own (`spade.agent.prompts.history_messages`), so the agent is
-evaluated in the format it is trained in; for tool-use environments the
-tools' JSON schemas (`get_tools()`) are appended to the first observation,
-since the protocol gives them to the agent out of band.
+turns (0: `config.agent.max_turns`). The episodes are played by the training
+rollout engine (`spade.agent.rollout.run_episodes` over a `PoolExecutor`):
+the same prompts, the same truncation rule, tool calls through
+`execute_tool`, one `respond` call per turn for all live episodes.
 
-An episode's score is its total reward clipped to [0, 1] (the contract's
-return); an environment that fails in the sandbox scores 0 and its reason is
-logged.
+An episode's score is its total reward clipped to [0, 1]; an environment
+that fails in the sandbox scores 0 and its reason is logged.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from typing import Any
 
-from spade.agent import prompts as prompts_lib
+from spade.agent import rollout
 from spade.eval import registry
-
-
-@dataclasses.dataclass
-class _Episode:
-  """One held-out episode as it is played."""
-
-  name: str
-  source: str
-  seed: int
-  handle: int | None = None
-  first_observation: str = ""
-  turns: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-  total_reward: float = 0.0
-  done: bool = False
-  error: str = ""
-
-  @property
-  def item_id(self) -> str:
-    """ "<program>/seed<seed>", e.g. "hangman/seed1234"."""
-    return f"{self.name}/seed{self.seed}"
 
 
 def heldout_programs() -> list[Any]:
@@ -56,10 +33,6 @@ def heldout_programs() -> list[Any]:
         " seed_heldout suite needs at least one (spade/environments/seeds/)"
     )
   return programs
-
-
-def _failure(error: Exception) -> str:
-  return f"{getattr(error, 'reason', type(error).__name__)}: {error}"[:300]
 
 
 class SeedHeldoutSuite:
@@ -106,20 +79,6 @@ class SeedHeldoutSuite:
         for i in range(num_examples)
     ]
 
-  def _start(self, ep: _Episode, pool: Any) -> None:
-    """Creates and resets the environment; a failure ends the episode."""
-    try:
-      ep.handle = pool.create(ep.source)
-      observation, _ = pool.reset(ep.handle, ep.seed)
-      if "get_tools" in ep.source or "ToolUseBaseEnv" in ep.source:
-        observation += prompts_lib.tools_suffix(
-            pool.call(ep.handle, "get_tools")
-        )
-      ep.first_observation = observation
-    except Exception as e:  # pylint: disable=broad-except
-      # A broken environment scores 0 with its reason; the others go on.
-      ep.done, ep.error = True, _failure(e)
-
   def run(
       self,
       responder: registry.Responder,
@@ -136,50 +95,65 @@ class SeedHeldoutSuite:
           "seed_heldout plays environments in the sandbox: pass a SandboxPool"
           " (spade.sandbox.SandboxPool.from_config(config.sandbox))"
       )
-    episodes = [_Episode(*spec) for spec in self.episodes(num_examples)]
-    try:
-      for ep in episodes:
-        self._start(ep, pool)
-      for _ in range(self.max_turns):
-        live = [ep for ep in episodes if not ep.done]
-        if not live:
-          break
-        replies = responder.respond(
-            [
-                prompts_lib.history_messages(
-                    ep.first_observation, None, ep.turns
-                )
-                for ep in live
-            ]
-        )
-        results = pool.step_many(
-            [(ep.handle, reply) for ep, reply in zip(live, replies)]
-        )
-        for ep, reply, res in zip(live, replies, results):
-          if not res.get("ok"):
-            ep.done = True
-            ep.error = f"{res.get('reason')}: {res.get('message')}"[:300]
-            ep.turns.append((reply, ""))
-            continue
-          ep.turns.append((reply, res["obs"]))
-          ep.total_reward += float(res["reward"])
-          ep.done = bool(res["terminated"] or res["truncated"])
-    finally:
-      for ep in episodes:
-        if ep.handle is not None:
-          pool.close_env(ep.handle)
+    specs = self.episodes(num_examples)
+    episodes, _ = rollout.run_episodes(
+        [
+            rollout.EpisodeSpec(i, source, seed, None, i)
+            for i, (_, source, seed) in enumerate(specs)
+        ],
+        adaptor := _ResponderSampler(responder),
+        rollout.PoolExecutor(pool),
+        adaptor.render,
+        max_turns=self.max_turns,
+        max_context=int(getattr(responder, "max_prompt_tokens", 1 << 30)),
+        seed=self.seed,
+        overlap=False,
+    )
     results = []
-    for ep in episodes:
+    for (name, _, seed), ep in zip(specs, episodes):
       score = min(1.0, max(0.0, ep.total_reward))
       detail = f"return={ep.total_reward:.2f} turns={len(ep.turns)}" + (
-          f" error={ep.error}" if ep.error else ""
+          f" error={ep.error}"[:300] if ep.error else ""
       )
-      last = ep.turns[-1][0] if ep.turns else ""
-      result = registry.ItemResult(ep.item_id, score, last, detail, ep.name)
+      last = ep.turns[-1].action if ep.turns else ""
+      result = registry.ItemResult(
+          f"{name}/seed{seed}", score, last, detail, name
+      )
       log(result.log_line(self.name))
       results.append(result)
     return registry.SuiteResult(
         self.name,
         tuple(results),
-        {"environments": sorted({ep.name for ep in episodes})},
+        {"environments": sorted({name for name, _, _ in specs})},
     )
+
+
+class _ResponderSampler:
+  """The rollout engine's token sampler over a suite's `Responder`.
+
+  The rollout renders and truncates each prompt with `render`; this maps the
+  ids back to the chat messages they came from and asks the responder, so
+  evaluation plays through the training rollout with the training prompts.
+  A `ModelResponder` renders with the checkpoint's chat format; other
+  responders (scripted ones in tests) get the messages' JSON as bytes.
+  """
+
+  def __init__(self, responder: registry.Responder):
+    self._responder = responder
+    self._messages: dict[tuple[int, ...], list] = {}
+
+  def render(self, messages: list[dict[str, str]]) -> list[int]:
+    if hasattr(self._responder, "render"):
+      ids = list(self._responder.render(messages))
+    else:
+      ids = list(json.dumps(messages).encode())
+    self._messages[tuple(ids)] = messages
+    return ids
+
+  def __call__(self, prompts: list[list[int]], seed: int):
+    del seed  # the responder keeps its own sampling keys
+    replies = self._responder.respond(
+        [self._messages[tuple(ids)] for ids in prompts]
+    )
+    self._messages.clear()
+    return [([], [], reply) for reply in replies]

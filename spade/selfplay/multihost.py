@@ -56,12 +56,20 @@ def allgather_objects(obj: Any, tag: str = "default") -> list[Any]:
     n = _counters[tag]
     _counters[tag] += 1
   client = _client()
+  me = jax.process_index()
   prefix = f"spade/{tag}/{n}"
-  client.key_value_set(f"{prefix}/{jax.process_index()}", json.dumps(obj))
-  return [
+  client.key_value_set(f"{prefix}/{me}", json.dumps(obj))
+  out = [
       json.loads(client.blocking_key_value_get(f"{prefix}/{p}", _TIMEOUT_MS))
       for p in range(count)
   ]
+  # Every process wrote round n only after it had read all of round n - 1
+  # (one tag's calls are sequential on each process), so round n - 1 has
+  # been read by all: each process deletes its own key of it. The store
+  # holds at most the latest round of each tag, not the whole run.
+  if n > 0:
+    client.key_value_delete(f"spade/{tag}/{n - 1}/{me}")
+  return out
 
 
 def slice_for_process(n: int) -> range:

@@ -273,3 +273,38 @@ def test_delayed_designer_rows_survive_the_checkpoint():
   resumed.load(saved)
   assert resumed.delay_designer_rows(2, [], delay=2) == [row]
   assert state.delay_designer_rows(2, [], delay=2) == [row]
+
+
+def test_exchange_keys_are_deleted_once_every_process_read_them(monkeypatch):
+  from spade.selfplay import multihost  # pylint: disable=g-import-not-at-top
+
+  class Store:
+    """The coordination service's key-value store, with process 1 ahead."""
+
+    def __init__(self):
+      self.kv = {}
+
+    def key_value_set(self, key, value):
+      self.kv[key] = value
+
+    def blocking_key_value_get(self, key, timeout_ms):
+      del timeout_ms
+      if key.endswith("/1"):  # the peer process wrote the same round
+        self.kv.setdefault(key, json.dumps("peer"))
+      return self.kv[key]
+
+    def key_value_delete(self, key):
+      del self.kv[key]
+
+  store = Store()
+  monkeypatch.setattr(multihost, "_client", lambda: store)
+  monkeypatch.setattr(multihost.jax, "process_count", lambda: 2)
+  monkeypatch.setattr(multihost.jax, "process_index", lambda: 0)
+  tag = "test-delete"
+  for round_ in range(5):
+    assert multihost.allgather_objects(round_, tag=tag) == [round_, "peer"]
+  mine = [
+      k for k in store.kv if k.startswith(f"spade/{tag}/") and k.endswith("/0")
+  ]
+  # Only the latest round's own key is left; the earlier four were deleted.
+  assert mine == [f"spade/{tag}/4/0"]

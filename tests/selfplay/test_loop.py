@@ -34,7 +34,9 @@ REQUIRED = (
 )
 
 
-def _main(workdir, iterations, **kwargs):
+def _main(workdir, iterations, extra=(), **kwargs):
+  """Starts a run; its output goes to WORKDIR.log (a pipe nobody reads
+  while the run goes on would fill and stall it)."""
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)  # one CPU device, like a user's first run
   return subprocess.Popen(
@@ -45,33 +47,69 @@ def _main(workdir, iterations, **kwargs):
           "--config=configs/tiny.py:smoke",
           f"--config.num_iterations={iterations}",
           f"--workdir={workdir}",
+          *extra,
       ],
       cwd=ROOT,
       env=env,
-      stdout=subprocess.PIPE,
+      stdout=open(workdir + ".log", "w"),  # pylint: disable=consider-using-with
       stderr=subprocess.STDOUT,
       text=True,
       **kwargs,
   )
 
 
+def _finish(proc, workdir, timeout=900):
+  """Waits for a run; returns (exit code, its output)."""
+  proc.wait(timeout=timeout)
+  with open(workdir + ".log") as f:
+    return proc.returncode, f.read()
+
+
+def _comparable(rows):
+  """Metrics without wall-clock figures: what a resume must reproduce."""
+  return [
+      {k: v for k, v in r.items() if not k.startswith("time/")} for r in rows
+  ]
+
+
+def _programs(workdir):
+  """Every saved program and verdict file of a run, by relative path."""
+  root = os.path.join(workdir, "programs")
+  out = {}
+  for folder, _, files in os.walk(root):
+    for name in files:
+      path = os.path.join(folder, name)
+      with open(path) as f:
+        out[os.path.relpath(path, root)] = f.read()
+  return out
+
+
 @pytest.mark.sandbox
 @pytest.mark.slow
-def test_run_kill_and_resume(tmp_path):
-  workdir = str(tmp_path / "w")
-  # Run 3 iterations but kill -9 once the first checkpoint is complete.
-  proc = _main(workdir, 3)
-  ckpt = os.path.join(workdir, "checkpoints", "1")
-  deadline = time.time() + 600
+def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
+  """kill -9 after the third checkpoint, resume: same metrics and programs.
+
+  With `optim.designer_delay=2` the delayed designer rows must come back
+  from the checkpoint, and the killed run's sandboxes must be gone.
+  """
+  import psutil  # pylint: disable=g-import-not-at-top
+
+  delay = ["--config.optim.designer_delay=2"]
+  workdir = str(tmp_path / "killed")
+  proc = _main(workdir, 4, extra=delay)
+  ckpt = os.path.join(workdir, "checkpoints", "3")
+  deadline = time.time() + 900
   while not os.path.isdir(ckpt) and proc.poll() is None:
-    assert time.time() < deadline, "no checkpoint after 10 minutes"
-    time.sleep(0.5)
+    assert time.time() < deadline, "no third checkpoint after 15 minutes"
+    time.sleep(0.2)
   out = ""
   if proc.poll() is None:
+    children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
   else:
-    out = proc.stdout.read()
+    children = []
+    _, out = _finish(proc, workdir)
   assert os.path.isdir(ckpt), out[-3000:]
   rows = metrics_lib.read_metrics(workdir)
   assert rows and rows[0]["step"] == 1
@@ -79,14 +117,23 @@ def test_run_kill_and_resume(tmp_path):
     assert key in rows[0], key
 
   # Starting again resumes after the last checkpoint and finishes.
-  proc = _main(workdir, 2)
-  out, _ = proc.communicate(timeout=900)
-  assert proc.returncode == 0, out[-3000:]
+  code, out = _finish(_main(workdir, 4, extra=delay), workdir)
+  assert code == 0, out[-3000:]
   assert "resumed from" in out
-  rows = metrics_lib.read_metrics(workdir)
-  assert [r["step"] for r in rows] == [1, 2]
-  # Each iteration's programs and verdicts are on disk.
-  for it in (0, 1):
+  # No sandbox or environment process of the killed run is left.
+  left = [p for p in children if p.is_running() and p.status() != "zombie"]
+  assert not left, [p.cmdline() for p in left]
+
+  reference = str(tmp_path / "uninterrupted")
+  code, ref_out = _finish(_main(reference, 4, extra=delay), reference)
+  assert code == 0, ref_out[-3000:]
+  resumed = metrics_lib.read_metrics(workdir)
+  assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+  assert _comparable(resumed) == _comparable(
+      metrics_lib.read_metrics(reference)
+  )
+  assert _programs(workdir) == _programs(reference)
+  for it in range(4):
     folder = os.path.join(workdir, "programs", f"iter_{it:06d}")
     with open(os.path.join(folder, "verdicts.json")) as f:
       verdicts = json.load(f)
