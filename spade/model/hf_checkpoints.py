@@ -400,6 +400,77 @@ def check_model_config(derived: dict[str, Any], model_config, path: str):
     )
 
 
+def hf_vocabulary(path: str, kind: str) -> dict[str, Any]:
+  """`spade.model.tokenizer.read_vocabulary`'s dict from a Hugging Face dir.
+
+  Reads `tokenizer.json` (a byte-level BPE: Qwen2, Qwen2.5, Qwen3) and the
+  special tokens of `tokenizer_config.json`. Ids the tokenizer does not name
+  (the model's vocabulary is padded past it) become unused `[PADi]` entries,
+  as llama.cpp writes them; added special tokens are control tokens.
+
+  Args:
+    path: the model directory.
+    kind: `config.tokenizer.kind`; only "qwen_bpe" is read from Hugging Face
+      files.
+  """
+  if kind != "qwen_bpe":
+    raise CheckpointFileError(
+        f"config.tokenizer.kind={kind!r} cannot be read from a Hugging Face"
+        " directory; only 'qwen_bpe' (tokenizer.json) is."
+    )
+  file = os.path.join(path, "tokenizer.json")
+  if not os.path.exists(file):
+    raise CheckpointFileError(f"{path} has no tokenizer.json.")
+  with open(file, encoding="utf-8") as f:
+    body = json.load(f)
+  model = body.get("model", {})
+  if model.get("type") != "BPE":
+    raise CheckpointFileError(
+        f"{file} holds a {model.get('type')!r} model, not a byte-level BPE."
+    )
+  normal, control, user, unused = 1, 3, 4, 5  # llama.cpp's token types
+  ids = {token: int(i) for token, i in model["vocab"].items()}
+  kinds = {i: normal for i in ids.values()}
+  for added in body.get("added_tokens", []):
+    ids[added["content"]] = int(added["id"])
+    kinds[int(added["id"])] = control if added.get("special") else user
+  size = max(kinds) + 1
+  tokens = [f"[PAD{i}]" for i in range(size)]
+  types = [unused] * size
+  for token, i in ids.items():
+    tokens[i], types[i] = token, kinds[i]
+  merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+  specials = {}
+  config_file = os.path.join(path, "tokenizer_config.json")
+  if os.path.exists(config_file):
+    with open(config_file, encoding="utf-8") as f:
+      specials = json.load(f)
+
+  def special_id(name, default):
+    token = specials.get(name)
+    if isinstance(token, dict):
+      token = token.get("content")
+    if token is None:
+      return default
+    if token not in ids:
+      raise CheckpointFileError(
+          f"{config_file}: {name} {token!r} is not in {file}."
+      )
+    return ids[token]
+
+  eos = special_id("eos_token", ids.get("<|endoftext|>"))
+  if eos is None:
+    raise CheckpointFileError(f"{path}: no eos_token in tokenizer_config.json.")
+  return {
+      "tokens": tokens,
+      "types": types,
+      "merges": merges,
+      "eos_id": eos,
+      "pad_id": special_id("pad_token", eos),
+      "bos_id": special_id("bos_token", eos),
+  }
+
+
 # ---------------------------------------------------------------------------
 # Placing tensors.
 

@@ -474,6 +474,11 @@ def build_tokenizer(config) -> Tokenizer:
         "file: set config.checkpoint.kind (gemma3_gguf / qwen2_gguf) or "
         "config.checkpoint.path."
     )
+  if config.checkpoint.kind == "hf":  # a Hugging Face directory
+    from spade.model import hf_checkpoints  # pylint: disable=g-import-not-at-top
+
+    path = config.checkpoint.path
+    return from_vocabulary(hf_checkpoints.hf_vocabulary(path, kind), kind)
   from spade.model import checkpoints  # pylint: disable=g-import-not-at-top
 
   probe = config.copy_and_resolve_references()

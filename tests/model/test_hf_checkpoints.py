@@ -448,3 +448,100 @@ def test_corrupt_copy_is_reported_and_rebuilt(gguf_config, capfd, damage):
   third = checkpoints.initial_params(gguf_config)
   assert "restored" in capfd.readouterr().err
   jax.tree.map(np.testing.assert_array_equal, first, third)
+
+
+# ---------------------------------------------------------------------------
+# The Qwen tokenizer from tokenizer.json.
+
+
+def _write_qwen_tokenizer(directory) -> None:
+  """A small tokenizer.json in Qwen2's layout: byte-level BPE, ChatML."""
+  from spade.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+  alphabet = sorted(tokenizer_lib._byte_to_unicode().values())  # pylint: disable=protected-access
+  merges = [["Ġ", "t"], ["h", "e"], ["Ġt", "he"], ["i", "n"], ["Ġ", "c"]]
+  vocab = {c: i for i, c in enumerate(alphabet)}
+  for a, b in merges:
+    vocab[a + b] = len(vocab)
+  added = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+  byte_level = {
+      "type": "ByteLevel",
+      "add_prefix_space": False,
+      "trim_offsets": False,
+      "use_regex": False,
+  }
+  body = {
+      "version": "1.0",
+      "truncation": None,
+      "padding": None,
+      "added_tokens": [
+          {
+              "id": len(vocab) + j,
+              "content": token,
+              "single_word": False,
+              "lstrip": False,
+              "rstrip": False,
+              "normalized": False,
+              "special": True,
+          }
+          for j, token in enumerate(added)
+      ],
+      "normalizer": {"type": "NFC"},
+      "pre_tokenizer": {
+          "type": "Sequence",
+          "pretokenizers": [
+              {
+                  "type": "Split",
+                  "pattern": {"Regex": tokenizer_lib._QWEN2_PATTERN},  # pylint: disable=protected-access
+                  "behavior": "Isolated",
+                  "invert": False,
+              },
+              byte_level,
+          ],
+      },
+      "post_processor": byte_level,
+      "decoder": byte_level,
+      "model": {
+          "type": "BPE",
+          "dropout": None,
+          "unk_token": None,
+          "continuing_subword_prefix": "",
+          "end_of_word_suffix": "",
+          "fuse_unk": False,
+          "byte_fallback": False,
+          "ignore_merges": False,
+          "vocab": vocab,
+          "merges": merges,
+      },
+  }
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "tokenizer.json"), "w") as f:
+    json.dump(body, f)
+  with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+    json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, f)
+
+
+def test_qwen_tokenizer_from_tokenizer_json(tmp_path):
+  from spade.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+  _write_qwen_tokenizer(tmp_path)
+  config = config_lib.base_config()
+  config.checkpoint.kind = "hf"
+  config.checkpoint.path = str(tmp_path)
+  config.tokenizer.kind = "qwen_bpe"
+  ours = tokenizer_lib.build_tokenizer(config)
+  n = 256 + 5
+  assert (ours.eos_id, ours.pad_id, ours.vocab_size) == (n + 2, n, n + 3)
+  assert ours.stop_ids[0] == n + 2
+  texts = [
+      "the cat in the hat",
+      "<|im_start|>user\nthe thin cat<|im_end|>\n  tea, 42!",
+      "caf\u00e9 \u4e2d\u6587 \U0001f600 x",
+  ]
+  tokenizers = pytest.importorskip("tokenizers")
+  reference = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+  for text in texts:
+    ids = ours.encode(text)
+    assert ids == reference.encode(text, add_special_tokens=False).ids
+    assert ours.decode(ids, skip_special=False) == text
+  assert ours.encode(" the") == [n - 3]  # "Ġthe": the merges apply
