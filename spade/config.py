@@ -149,6 +149,18 @@ def base_config() -> ConfigDict:
   # hint(), which the designer prompt then asks for (ours).
   c.designer.hint_source = "writer"
   c.designer.max_prompt_tokens = 512
+  # Samples per design before it counts as invalid: the reference draws an
+  # invalid design afresh from its prompt up to 8 times (max_attempts=8 in
+  # generate_games_async) and keeps the first valid one; 1: no retry.
+  c.designer.max_attempts = 8
+  # Designs still invalid after their attempts: "drop" (the reference: no
+  # trajectory, out of the skill's centring) or "penalize" (ours: a row
+  # with regret.invalid_penalty in its group, so the designer is pushed
+  # away from what fails).
+  c.designer.invalid_designs = "drop"
+  # Iterations per regeneration epoch: the active skill window moves once an
+  # epoch (the reference regenerates its pool every 4 rollouts).
+  c.designer.regeneration_interval = 4
   c.designer.use_seed_programs = True  # tiny: fall back to seed programs
   # Prompt family (spade.designer.prompts.FAMILIES); a grounding document
   # turns a game family into "corpus_game", as the reference's corpus
@@ -339,6 +351,7 @@ _CHOICES = {
     ),
     "designer.hint_source": ("writer", "program"),
     "regret.agent_advantage": ("center", "normalize"),
+    "designer.invalid_designs": ("drop", "penalize"),
     "regret.designer_advantage": ("center", "normalize"),
     "agent.return_rule": ("final_if_terminated", "clipped_total"),
     "train.mode": ("spade", "fixed_pool"),

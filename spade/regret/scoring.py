@@ -7,8 +7,10 @@ design_valid, design_group) -> dict` of
   env_score            f32[E]  the configured estimator's designer reward
   design_reward        f32[N]  env_score of each design's environment; the
                                invalid penalty for invalid designs
-  designer_advantages  f32[N]  per prompt group: centred (the reference) or
-                               normalised by the group's std (GRPO)
+  designer_advantages  f32[N]  per skill group: centred (the reference) or
+                               normalised by the group's std (GRPO); designs
+                               still invalid after their attempts are left
+                               out (the reference) or kept with the penalty
   agent_advantages     f32[E, K, 2]  per environment; with
                                `agent.train_on_hinted=False` (the reference:
                                hinted plays only score the environment) only
@@ -48,6 +50,7 @@ def make_scorer(config: ml_collections.ConfigDict) -> Callable[..., dict]:
       designer_normalize=r.designer_advantage == "normalize",
       agent_normalize=r.agent_advantage == "normalize",
       train_on_hinted=bool(config.agent.train_on_hinted),
+      drop_invalid=config.designer.invalid_designs == "drop",
   )
 
 
@@ -61,6 +64,7 @@ def _scorer(
     designer_normalize: bool,
     agent_normalize: bool,
     train_on_hinted: bool,
+    drop_invalid: bool,
 ):
   reward_fn = estimators.designer_reward(
       estimator, ml_collections.ConfigDict(dict(settings))
@@ -83,7 +87,7 @@ def _scorer(
     designer_adv = advantages.group_advantages(
         design_reward,
         design_group,
-        jnp.ones((n,), bool),
+        design_valid if drop_invalid else jnp.ones((n,), bool),
         eps=eps,
         normalize=designer_normalize,
     )

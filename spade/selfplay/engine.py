@@ -58,7 +58,13 @@ class Engine:
     self.tokenizer = tokenizer_lib.build_tokenizer(config)
     self.model = transformer.build_model(config.model)
     rng = jax.random.PRNGKey(config.seed)
-    params = model_checkpoints.initial_params(config, rng)
+    if config.checkpoint.kind == "scratch":
+      # Created in its shards: no device ever holds a whole copy.
+      params = sharding.init_sharded_params(
+          config.model, rng, self.mesh, self.rules
+      )
+    else:
+      params = model_checkpoints.initial_params(config, rng)
     self.optimizer = state_lib.make_optimizer(config.optim)
     self.state = state_lib.create_state(
         params,

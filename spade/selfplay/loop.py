@@ -116,57 +116,82 @@ class Trainer:
     group = max(1, c.designer.samples_per_prompt)
     num_prompts = max(1, c.designer.num_envs // group)
     docs = self.state.documents(num_prompts)
-    prompts, groups, doc_ids, parents = [], [], [], []
+    prompts, groups, doc_ids, parents, skills = [], [], [], [], []
     mutate = np.random.default_rng(_seed_for(c.seed, it, "mutate"))
+    skill_groups: dict[str, int] = {}
     for g, doc in enumerate(docs):
       examples = self.state.examples(doc, c.memory.num_examples)
       parent = None
       if mutate.random() < c.memory.mutation_fraction:
         parent = self.state.mutation_parent(_seed_for(c.seed, it, g))
-      ids = self._designer_prompt(doc, examples, parent)
+      spec = designer_prompts.pick_prompt(
+          c.designer,
+          iteration=it,
+          index=g,
+          seed=c.seed,
+          regen_interval=c.designer.regeneration_interval,
+      )
+      ids = self._designer_prompt(doc, examples, parent, spec)
       for _ in range(group):
         prompts.append(ids)
-        groups.append(g)
+        # The reference centres designer rewards per skill.
+        groups.append(skill_groups.setdefault(spec.skill, len(skill_groups)))
         doc_ids.append(getattr(doc, "id", None))
         parents.append(getattr(parent, "id", None))
+        skills.append(spec.skill)
     _log(
         "iteration %d: designer sampling %d programs (up to %d tokens)",
         it + 1,
         len(prompts),
         c.designer.max_new_tokens,
     )
-    t = time.perf_counter()
-    samples = self.engine.sample(
-        prompts,
-        role="designer",
-        max_new_tokens=c.designer.max_new_tokens,
-        temperature=c.designer.temperature,
-        seed=_seed_for(c.seed, it, "designer"),
-    )
-    seconds = time.perf_counter() - t
-    timer["sampling"] += seconds
-    tokens = sum(len(ids) for ids, _, _ in samples)
+    samples: list = [None] * len(prompts)
+    codes: list = [None] * len(prompts)
+    verdicts: list = [None] * len(prompts)
+    attempts = [0] * len(prompts)
+    # The reference samples an invalid design afresh from the same prompt,
+    # up to its attempt limit (`designer.max_attempts`), and keeps the first
+    # valid one.
+    todo = list(range(len(prompts)))
+    for attempt in range(max(1, c.designer.max_attempts)):
+      if not todo:
+        break
+      t = time.perf_counter()
+      outs = self.engine.sample(
+          [prompts[i] for i in todo],
+          role="designer",
+          max_new_tokens=c.designer.max_new_tokens,
+          temperature=c.designer.temperature,
+          seed=_seed_for(c.seed, it, "designer", attempt),
+      )
+      seconds = time.perf_counter() - t
+      timer["sampling"] += seconds
+      tokens = sum(len(ids) for ids, _, _ in outs)
+      _log(
+          "iteration %d: sampled %d designer tokens in %.1fs (%.1f tok/s);"
+          " validating in the sandbox (attempt %d)",
+          it + 1,
+          tokens,
+          seconds,
+          tokens / max(seconds, 1e-9),
+          attempt + 1,
+      )
+      new_codes = [extract.extract_code(text) for _, _, text in outs]
+      t = time.perf_counter()
+      new_verdicts = [
+          _required(records.Verdict.from_dict(v), c)
+          for v in self.engine.validate(new_codes)
+      ]
+      timer["sandbox"] += time.perf_counter() - t
+      for i, out, code, verdict in zip(todo, outs, new_codes, new_verdicts):
+        samples[i], codes[i], verdicts[i] = out, code, verdict
+        attempts[i] = attempt
+      todo = [i for i in todo if not verdicts[i].valid]
     _log(
-        "iteration %d: sampled %d designer tokens in %.1fs (%.1f tok/s);"
-        " validating in the sandbox",
-        it + 1,
-        tokens,
-        seconds,
-        tokens / max(seconds, 1e-9),
-    )
-    codes = [extract.extract_code(text) for _, _, text in samples]
-    t = time.perf_counter()
-    verdicts = [
-        _required(records.Verdict.from_dict(v), c)
-        for v in self.engine.validate(codes)
-    ]
-    timer["sandbox"] += time.perf_counter() - t
-    _log(
-        "iteration %d: %d/%d programs valid (%.1fs); reasons: %s",
+        "iteration %d: %d/%d programs valid; reasons: %s",
         it + 1,
         sum(v.valid for v in verdicts),
         len(verdicts),
-        time.perf_counter() - t,
         ", ".join(sorted({v.reason for v in verdicts})),
     )
     # Hints are written before anything is archived, so the archive keeps
@@ -193,11 +218,14 @@ class Trainer:
               grounding_id=doc_ids[i],
               parent_id=parents[i],
               archive_id=entry_id,
+              skill=skills[i],
+              attempt=attempts[i],
           )
       )
     return designs, {
         "memory/duplicates_this_iter": float(duplicates),
         "designer/mutations": float(sum(p is not None for p in parents)),
+        "designer/attempts_mean": float(np.mean(attempts)) + 1.0,
     }
 
   def _write_hints(
@@ -223,14 +251,22 @@ class Trainer:
     if not need:
       return verdicts
     _log("iteration %d: writing %d hints", it + 1, len(need))
+    # A hint may take up to half the context (the reference's 4096 tokens
+    # need a long one); its prompt, the program's code, gets the rest.
+    max_new = min(c.designer.hint_max_new_tokens, c.model.max_len // 2)
+    budget = c.model.max_len - max_new
     t = time.perf_counter()
     outs = self.engine.sample(
         [
-            self.engine.render(designer_prompts.hint_messages(codes[i]))
+            _fit(
+                self.engine.render(designer_prompts.hint_messages(codes[i])),
+                budget,
+                self.engine.tokenizer.bos_id,
+            )
             for i in need
         ],
         role="designer",
-        max_new_tokens=c.designer.hint_max_new_tokens,
+        max_new_tokens=max_new,
         temperature=c.designer.hint_temperature,
         seed=_seed_for(c.seed, it, "hint"),
     )
@@ -240,7 +276,7 @@ class Trainer:
       out[i] = out[i].with_hint(extract.clean_hint(text))
     return out
 
-  def _designer_prompt(self, doc, examples, parent) -> list[int]:
+  def _designer_prompt(self, doc, examples, parent, spec) -> list[int]:
     """Renders a designer prompt within the designer's prompt budget.
 
     The budget is min(`designer.max_prompt_tokens`, `model.max_len -
@@ -258,7 +294,17 @@ class Trainer:
     examples = list(examples)
     while True:
       ids = self.engine.render(
-          designer_prompts.designer_messages(doc, examples, parent)
+          designer_prompts.designer_messages(
+              doc,
+              examples,
+              parent,
+              family=spec.family,
+              skill=spec.skill,
+              difficulty=spec.difficulty,
+              seed=spec.seed,
+              max_turns=self.config.agent.max_turns,
+              program_hint=self.config.designer.hint_source == "program",
+          )
       )
       if len(ids) <= budget:
         return ids
@@ -279,10 +325,7 @@ class Trainer:
               budget,
           )
           self._warned_prompt_cut = True
-        bos = self.engine.tokenizer.bos_id
-        if ids and ids[0] == bos:
-          return [bos] + ids[len(ids) - budget + 1 :]
-        return ids[-budget:]
+        return _fit(ids, budget, self.engine.tokenizer.bos_id)
 
   def pool_programs(self) -> list[records.Environment]:
     """The fixed pool: `train.pool_dir`'s programs, or the seed library.
@@ -712,6 +755,15 @@ class Trainer:
         self.state.write_memory_file(self.workdir)
     self.writer.close()
     self.engine.close()
+
+
+def _fit(ids: list[int], budget: int, bos: int) -> list[int]:
+  """ids cut from the left to `budget`, keeping a leading BOS."""
+  if len(ids) <= budget:
+    return ids
+  if ids and ids[0] == bos:
+    return [bos] + ids[len(ids) - budget + 1 :]
+  return ids[-budget:]
 
 
 def _arm_mean(scores: records.Scores, e: int, h: int) -> float | None:

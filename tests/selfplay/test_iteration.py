@@ -219,35 +219,59 @@ def test_rows_only_where_there_is_signal_and_not_on_hinted_plays():
   assert total == 9 and len(agent_rows) == 5  # env 0, both arms
 
 
-def test_reference_designer_advantages_centre_a_group_with_an_invalid_design():
-  c = _config()
-  score = scoring.make_scorer(c)
+def _designer_scores(config):
   returns = np.zeros((1, 2, 2), np.float32)
   returns[0, :, 1] = 1.0  # hinted wins, unhinted loses: full regret term
-  mask = np.ones_like(returns, bool)
-  out = score(
+  return scoring.make_scorer(config)(
       returns,
-      mask,
+      np.ones_like(returns, bool),
       np.ones((1,), bool),
       np.array([0], np.int32),  # env 0 is design 0
-      np.array([True, False]),  # design 1 is invalid
-      np.array([0, 0], np.int32),
+      np.array([True, False]),  # design 1 stayed invalid
+      np.array([0, 0], np.int32),  # one skill group
   )
-  valid_reward = 0.4 * 1.0 + 0.6 * 0.0  # regret term + plateau(0)
+
+
+def test_designer_advantages_of_a_group_with_one_invalid_design():
+  c = _config()
+  valid_reward = 0.4 * 1.0 + 0.6 * 0.0  # the blend: regret term + plateau(0)
+  # The reference: a design still invalid after its attempts has no
+  # trajectory; the valid one alone in its skill group centres to 0.
+  out = _designer_scores(c)
   np.testing.assert_allclose(out["design_reward"], [valid_reward, -1.0])
+  np.testing.assert_allclose(out["designer_advantages"], [0.0, 0.0])
+  # Ours, penalised and centred: the gap keeps its size.
+  c.designer.invalid_designs = "penalize"
   gap = (valid_reward + 1.0) / 2
-  np.testing.assert_allclose(out["designer_advantages"], [gap, -gap], 1e-6)
-  # Ours: std-normalised, every difference becomes +-1.
-  c.regret.designer_advantage = "normalize"
-  out = scoring.make_scorer(c)(
-      returns,
-      mask,
-      np.ones((1,), bool),
-      np.array([0], np.int32),
-      np.array([True, False]),
-      np.array([0, 0], np.int32),
+  np.testing.assert_allclose(
+      _designer_scores(c)["designer_advantages"], [gap, -gap], 1e-6
   )
-  np.testing.assert_allclose(out["designer_advantages"], [1.0, -1.0], 1e-5)
+  # Ours before, std-normalised: every difference becomes +-1.
+  c.regret.designer_advantage = "normalize"
+  np.testing.assert_allclose(
+      _designer_scores(c)["designer_advantages"], [1.0, -1.0], 1e-5
+  )
+
+
+def test_an_invalid_design_is_sampled_again_up_to_its_attempt_limit():
+  c = _config(**{"designer.num_envs": 1, "designer.samples_per_prompt": 1})
+  c.designer.max_attempts = 3
+
+  class Flaky(FakeEngine):
+    """Invalid twice, then valid."""
+
+    def validate(self, codes):
+      self.validated = getattr(self, "validated", 0) + 1
+      ok = self.validated >= 3
+      return [{"valid": ok, "reason": "ok" if ok else "smoke"} for _ in codes]
+
+  engine = Flaky(c)
+  designs, extra = _trainer(c, engine).design(0, _timer())
+  assert designs[0].valid and designs[0].attempt == 2
+  assert extra["designer/attempts_mean"] == 3.0
+  c.designer.max_attempts = 1
+  designs, _ = _trainer(c, Flaky(c)).design(0, _timer())
+  assert not designs[0].valid and designs[0].verdict.reason == "smoke"
 
 
 def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
