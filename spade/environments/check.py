@@ -1,13 +1,17 @@
 """Checks environment programs in the sandbox and prints one verdict each.
 
   python -m spade.environments.check [--json] [--backend gvisor|bwrap|none]
-      FILE...
+      [--call-timeout S] [--require PROPERTY]... FILE...
 
 Every file is validated (`validator.validate_program`) inside the sandbox
 pool; a broken or hostile file yields its own verdict and never stops the
-others. With --json, each line is one JSON object with at least file, valid,
-reason and message. The exit status is 0 when every file is valid, 1 when
-any is not, 2 when the sandbox cannot start.
+others. A file is valid when the reference's checks accept it (and it is not
+hostile or over its per-call budget); the stricter checks are listed as
+properties, and --require makes any of them (`contract.PROPERTIES`)
+necessary, as `environments.require` does in a config. With --json, each
+line is one JSON object with at least file, valid, reason, message and
+properties. The exit status is 0 when every file is valid, 1 when any is
+not, 2 when the sandbox cannot start.
 """
 
 from __future__ import annotations
@@ -41,6 +45,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
   )
   p.add_argument("--seed", type=int, default=0, help="episode seed checked")
   p.add_argument("--smoke-steps", type=int, default=contract.SMOKE_STEPS)
+  p.add_argument(
+      "--call-timeout",
+      type=float,
+      default=contract.CALL_TIMEOUT_S,
+      help="budget of one reset/step/tool call, CPU seconds",
+  )
+  p.add_argument(
+      "--require",
+      action="append",
+      default=[],
+      choices=contract.PROPERTIES,
+      metavar="PROPERTY",
+      help=(
+          "a property a valid file must have (repeatable): "
+          + ", ".join(contract.PROPERTIES)
+      ),
+  )
   return p.parse_args(argv)
 
 
@@ -63,6 +84,8 @@ def check_files(
     *,
     seed: int = 0,
     smoke_steps: int = contract.SMOKE_STEPS,
+    call_timeout_s: float = contract.CALL_TIMEOUT_S,
+    require: tuple[str, ...] = (),
 ) -> list[dict]:
   """Validates files in `pool`; returns one verdict (with "file") each."""
   verdicts: list[dict | None] = []
@@ -75,7 +98,12 @@ def check_files(
       where.append(i)
   if sources:
     results = pool.validate(
-        sources, seed=seed, smoke_steps=smoke_steps, filename="<env>"
+        sources,
+        seed=seed,
+        smoke_steps=smoke_steps,
+        call_timeout_s=call_timeout_s,
+        require=tuple(require),
+        filename="<env>",
     )
     for i, verdict in zip(where, results):
       verdicts[i] = verdict
@@ -86,7 +114,12 @@ def _line(v: dict) -> str:
   if v["valid"]:
     extra = " (hint)" if v.get("has_hint") else ""
     if v.get("solution_replayed"):
-      extra += f" (solution wins in {v.get('solution_steps')} steps)"
+      extra += f" (solution wins in {v.get('solution_steps')} steps"
+      calls = v.get("solution_tool_calls")
+      extra += f" and {calls} tool calls)" if calls else ")"
+    lacking = [p for p, ok in (v.get("properties") or {}).items() if not ok]
+    if lacking:
+      extra += f" [not {', '.join(lacking)}]"
     return f"{v['file']}: ok {v.get('class_name', '')}{extra}"
   return f"{v['file']}: INVALID [{v['reason']}] {v['message']}"
 
@@ -112,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   with pool:
     verdicts = check_files(
-        args.files, pool, seed=args.seed, smoke_steps=args.smoke_steps
+        args.files,
+        pool,
+        seed=args.seed,
+        smoke_steps=args.smoke_steps,
+        call_timeout_s=args.call_timeout,
+        require=tuple(args.require),
     )
   for v in verdicts:
     print(json.dumps(v) if args.json else _line(v), flush=True)

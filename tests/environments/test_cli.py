@@ -1,5 +1,6 @@
 """The check and play CLIs, run as a user would (python -m ...)."""
 
+import glob
 import json
 import os
 import subprocess
@@ -7,11 +8,23 @@ import sys
 
 import pytest
 
+from spade.environments import contract
 from spade.environments import library
 from spade.environments import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+# Every complete environment program in the reference's prompt templates
+# (verbatim), and one program per acceptance rule written for the tests.
+# The prompt's interface skeleton, which the reference refuses as well.
+SKELETON = os.path.join(
+    FIXTURES, "reference_prompts", "skeleton_descriptive_name_env.py.txt"
+)
+ACCEPTED = sorted(
+    set(glob.glob(os.path.join(FIXTURES, "reference_prompts", "*.py.txt")))
+    - {SKELETON}
+    | set(glob.glob(os.path.join(FIXTURES, "variants", "*.py")))
+)
 
 # name -> (source, expected reason). Hostile files here are all refused by
 # the static pass, so they never run even under the trusted "none" backend.
@@ -70,6 +83,8 @@ def test_check_json_on_a_mix_of_files(tmp_path):
   assert got == want
   for line in lines:
     assert set(line) >= {"file", "valid", "reason", "message"}
+    if line["valid"]:
+      assert set(line["properties"]) == set(contract.PROPERTIES)
     assert line["valid"] == (line["reason"] == "ok")
 
 
@@ -82,6 +97,45 @@ def test_check_text_output_and_success_status(tmp_path):
   assert proc.stdout.strip().endswith(
       "ok KnapsackEnv (hint) (solution wins" " in 8 steps)"
   )
+
+
+def _check_json(paths, *flags):
+  proc = _run(["spade.environments.check", "--json", *flags, *paths])
+  return proc, [json.loads(l) for l in proc.stdout.splitlines()]
+
+
+def test_check_accepts_the_reference_prompt_programs_and_rule_variants():
+  assert len(ACCEPTED) == 3 + 8
+  proc, lines = _check_json(ACCEPTED + [SKELETON], "--backend", "none")
+  assert proc.returncode == 1, proc.stderr
+  by_name = {os.path.basename(l["file"]): l for l in lines}
+  assert by_name.pop(os.path.basename(SKELETON))["reason"] == "init"
+  assert {n: l["reason"] for n, l in by_name.items()} == dict.fromkeys(
+      by_name, "ok"
+  )
+  lacking = {
+      n: {p for p, ok in l["properties"].items() if not ok}
+      for n, l in by_name.items()
+  }
+  # Each rule variant lacks the property its rule is about (if any).
+  assert "deterministic" in lacking["unseeded_random.py"]
+  assert "rewards_in_unit" in lacking["penalty_below_minus_one.py"]
+  assert "robust" in lacking["step_raises_on_other_replies.py"]
+  assert "solution_replayed" in lacking["bare_move_solution.py"]
+  assert lacking["long_tool_chain.py"] == set()
+  assert by_name["long_tool_chain.py"]["solution_tool_calls"] == 15
+  assert by_name["helper_class_named_env.py"]["class_name"] == "LanternEnv"
+  proc, _ = _check_json(ACCEPTED, "--backend", "none")
+  assert proc.returncode == 0, proc.stdout
+
+
+def test_check_require_refuses_what_lacks_a_property():
+  path = os.path.join(FIXTURES, "variants", "unseeded_random.py")
+  proc, lines = _check_json(
+      [path], "--backend", "none", "--require", "deterministic"
+  )
+  assert proc.returncode == 1
+  assert lines[0]["reason"] == "requires_deterministic"
 
 
 def test_check_usage_error():
@@ -138,3 +192,10 @@ def test_check_in_gvisor_with_hostile_programs_that_run(tmp_path):
       for l in map(json.loads, proc.stdout.splitlines())
   }
   assert got == {name: reason for name, (_, reason) in files.items()}
+
+
+@pytest.mark.sandbox
+def test_check_in_gvisor_accepts_the_reference_prompt_programs():
+  proc, lines = _check_json(ACCEPTED)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert all(l["valid"] for l in lines) and len(lines) == len(ACCEPTED)
