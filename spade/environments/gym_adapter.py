@@ -49,9 +49,13 @@ class AnyText(spaces.Text):
 class ProgramEnv(gymnasium.Env):
   """One environment program, sandboxed, as a gymnasium environment.
 
-  `step` failures inside the sandbox (a crash, a timeout, a lost sandbox) end
-  the episode with `terminated=True`, reward 0 and `info["error"]` (reason)
-  and `info["message"]`; the next `reset` creates a fresh environment.
+  An exception in the program's `step` is the reference's outcome: the
+  observation "Error: ...", reward -1 (`contract.STEP_ERROR_REWARD`) and
+  `terminated=True`. Other failures inside the sandbox (a crash, a timeout,
+  a lost sandbox) end the episode with reward 0. Both set `info["error"]`
+  (the reason) and `info["message"]`; the next `reset` creates a fresh
+  environment. Tool calls run through `execute_tool`, as in play, without
+  spending one of the environment's turns.
   """
 
   metadata = {"render_modes": ["ansi"]}
@@ -128,8 +132,13 @@ class ProgramEnv(gymnasium.Env):
     if not r.get("ok"):
       self.pool.close_env(self.handle)
       self.handle = None
+      message = str(r.get("message", ""))
+      info = {"error": r.get("reason"), "message": message}
+      if r.get("reason") == "exception":
+        # The reference's wrapper: f"Error: {e}", -1.0, terminated.
+        self._last_obs = f"Error: {message.split(chr(10), 1)[0]}"
+        return self._last_obs, contract.STEP_ERROR_REWARD, True, False, info
       self._last_obs = f"[environment error: {r.get('reason')}]"
-      info = {"error": r.get("reason"), "message": r.get("message", "")}
       return self._last_obs, 0.0, True, False, info
     self._last_obs = r["obs"]
     return (
@@ -162,6 +171,21 @@ class ProgramEnv(gymnasium.Env):
   def get_tools(self) -> list[dict]:
     """OpenAI-style tool schemas (tool-use programs), else []."""
     return self._call("get_tools", [])
+
+  def execute_tool(self, name: str, arguments: Any) -> dict:
+    """Runs one tool call without spending a turn: {"output", "returncode"}.
+
+    A program without `execute_tool` (a game) answers as the reference's
+    wrapper does, with returncode 1.
+    """
+    if self.handle is None:
+      raise RuntimeError("call reset() first")
+    try:
+      return self.pool.call(self.handle, "execute_tool", name, arguments)
+    except SandboxError as e:
+      if e.reason == "exception" and e.message.startswith("AttributeError"):
+        return {"output": "execute_tool not supported", "returncode": 1}
+      raise
 
   def render(self) -> str | None:
     """The last observation, in "ansi" mode."""

@@ -1,13 +1,18 @@
 """The gymnasium adapter over the sandbox pool."""
 
+import os
+
 import gymnasium
 import pytest
 
 from spade.environments import gym_adapter
 from spade.environments import library
 from spade.environments import runtime
+from spade.environments import tool_calls
 from spade.sandbox import SandboxError
 from spade.sandbox import SandboxPool
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 CRASHING = (
     "class FragileEnv:\n"
@@ -75,10 +80,49 @@ def test_step_failure_ends_the_episode_with_its_reason(pool):
   assert env.reset(seed=0)[0] == "hello"
   assert env.hint() is None  # no hint() method
   obs, reward, terminated, truncated, info = env.step("anything")
-  assert (reward, terminated, truncated) == (0.0, True, False)
+  # The reference's outcome of an exception in step(): -1, episode over.
+  assert (reward, terminated, truncated) == (-1.0, True, False)
+  assert obs == "Error: RuntimeError: broken step"
   assert info["error"] == "exception" and "broken step" in info["message"]
   assert env.reset(seed=0)[0] == "hello"  # a fresh process
   env.close()
+
+
+def _variant(name):
+  with open(os.path.join(FIXTURES, "variants", name), encoding="utf-8") as f:
+    return f.read()
+
+
+def test_fifteen_tool_calls_then_the_answer_win_in_the_sandbox(pool):
+  env = gym_adapter.ProgramEnv(_variant("long_tool_chain.py"), pool)
+  env.reset(seed=5)
+  has_tools = bool(env.get_tools())
+  outputs, last = [], None
+  for reply in env.solution():
+    for kind, action in tool_calls.reply_actions(reply, has_tools):
+      if kind == "tool":
+        result = env.execute_tool(action["name"], action["arguments"])
+        outputs.append(int(result["output"]))
+      else:
+        last = env.step(action)
+  assert len(outputs) == 15
+  assert last[1:4] == (1.0, True, False) and last[0] == "Correct!"
+  env.close()
+
+
+def test_reference_forms_of_reset_and_init_in_the_sandbox(pool):
+  bare = gym_adapter.ProgramEnv(_variant("reset_bare_string.py"), pool)
+  assert bare.reset(seed=1) == (
+      "Guess the hidden number from 1 to 50; reply \\boxed{N}.",
+      {},
+  )
+  assert bare.execute_tool("anything", {})["returncode"] == 1  # a game
+  bare.close()
+  # __init__(self, max_turns) without a default: retried with max_turns=.
+  turns = gym_adapter.ProgramEnv(_variant("init_requires_max_turns.py"), pool)
+  obs, _ = turns.reset(seed=2)
+  assert obs.startswith("Reach exactly ")
+  turns.close()
 
 
 def test_a_program_that_does_not_load(pool):
