@@ -736,6 +736,15 @@ def _is_negative(example: Any) -> bool:
   return win is not None and (win > 0.9 or win < 0.1) and not regret
 
 
+def effective_family(family: str | None, document: Any | None) -> str:
+  """The family a prompt is rendered as: a document grounds a game family."""
+  family = DEFAULT_FAMILY if family is None else family
+  _check_family(family)
+  if family in GAME_FAMILIES and getattr(document, "text", None):
+    return "corpus_game"
+  return family
+
+
 def designer_messages(
     document: Any | None,
     examples: Sequence[Any] = (),
@@ -774,11 +783,8 @@ def designer_messages(
   Returns:
     [{"role": "system", ...}, {"role": "user", ...}]
   """
-  family = DEFAULT_FAMILY if family is None else family
-  _check_family(family)
+  family = effective_family(family, document)
   text = getattr(document, "text", None) if document is not None else None
-  if text and family in GAME_FAMILIES:
-    family = "corpus_game"
   if skill is None:
     skill = (
         REFERENCE_TOOL_USE_SKILLS[0]
