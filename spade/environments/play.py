@@ -6,8 +6,10 @@
 Prints the observation, reads one action a line from stdin (so a game can
 be scripted: `printf '\\\\boxed{up}\\n' | python -m ...`), prints the reward
 and the next observation until the episode ends or stdin does. Type :hint
-for the hint, :tools for a tool-use program's tools, :quit to stop. The
-program runs in the sandbox (backend gvisor by default).
+for the hint, :tools for a tool-use program's tools, :quit to stop. In a
+tool-use program a line's tool calls run through `execute_tool` without
+spending a turn, as in the reference's play; a line with <answer> or no call
+is a step. The program runs in the sandbox (backend gvisor by default).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from spade.environments import tool_calls
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -42,6 +46,7 @@ def play(env, seed, show_hint, lines, out) -> float:
   out.write(f"{obs}\n")
   if show_hint:
     out.write(f"[hint] {env.hint()}\n")
+  has_tools = bool(env.get_tools())
   total = 0.0
   for raw in lines:
     action = raw.rstrip("\n")
@@ -52,6 +57,13 @@ def play(env, seed, show_hint, lines, out) -> float:
       continue
     if action == ":tools":
       out.write(json.dumps(env.get_tools(), indent=1) + "\n")
+      continue
+    replies = tool_calls.reply_actions(action, has_tools)
+    if replies[0][0] == "tool":
+      for _, call in replies:
+        result = env.execute_tool(call["name"], call["arguments"])
+        out.write(f"[tool {call['name']}] {result.get('output', '')}\n")
+      out.flush()
       continue
     obs, reward, terminated, truncated, info = env.step(action)
     total += reward

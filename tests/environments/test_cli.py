@@ -171,6 +171,20 @@ def test_play_reads_actions_from_stdin(tmp_path):
   assert "[reward +1.00  total +1.00]" in out
 
 
+def test_play_runs_tool_calls_without_spending_turns():
+  path = os.path.join(FIXTURES, "variants", "long_tool_chain.py")
+  with open(path, encoding="utf-8") as f:
+    env = runtime.instantiate(runtime.load_program(f.read()))
+  env.reset(seed=2)
+  proc = _run(
+      ["spade.environments.play", path, "--seed", "2", "--backend", "none"],
+      stdin="\n".join(env.solution()) + "\n",
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.count("[tool read_envelope] ") == 15
+  assert proc.stdout.rstrip().endswith("[episode won]")
+
+
 @pytest.mark.sandbox
 def test_check_in_gvisor_with_hostile_programs_that_run(tmp_path):
   files = dict(FILES)
