@@ -295,6 +295,30 @@ def _on_tick(signum, frame):  # pylint: disable=unused-argument
 _BEAT = struct.Struct("<IId")  # sequence, batch item index, budget (s)
 
 
+def _uses_global_random(source):
+  """Whether a program may use the `random` module's global generator.
+
+  Judged by its text: a use of `random.<name>` (or an alias) other than the
+  `Random` classes, or a `from random import` of anything else. Programs
+  that only make their own `random.Random(seed)` need no swapping.
+  """
+  aliases = {"random"} | set(
+      re.findall(r"import\s+random\s+as\s+(\w+)", source)
+  )
+  names = "|".join(re.escape(a) for a in sorted(aliases))
+  if re.search(
+      rf"(?<![\w.])({names})\s*\.\s*(?!(Random|SystemRandom)\b)\w", source
+  ):
+    return True
+  for imported in re.findall(
+      r"from\s+random\s+import\s+\(?([\w\s,*]+)", source
+  ):
+    words = set(re.findall(r"[\w*]+", imported)) - {"as"}
+    if words - {"Random", "SystemRandom"}:
+      return True
+  return False
+
+
 def _uses_numpy_random(source):
   """Whether a program may use numpy's global generator (by its text)."""
   aliases = {"np", "numpy"} | set(
@@ -323,8 +347,9 @@ class _Program:
   Episodes of one program share the process, so each instance gets its own
   state of the global `random` and `numpy.random` generators (swapped in
   around its calls): an episode that seeds the global generator sees the
-  same numbers as when it ran alone. Swapping numpy's costs ~0.1 ms, so it
-  is done only for programs whose source names `numpy.random`.
+  same numbers as when it ran alone. A swap costs 20-100 us (numpy's more),
+  so it is done only for programs whose source uses the global generators
+  (`_uses_global_random`, `_uses_numpy_random`).
   """
 
   def __init__(self, rfd, wfd, beat, opts):
@@ -343,6 +368,7 @@ class _Program:
     self.ended = {}  # instance id -> (reason, message)
     self.strikes = 0
     self.current = None  # whose generator states are live now
+    self.swap_random = False
     self.swap_numpy = False
     # The generators' states right after loading: what each episode saw
     # when it had a process of its own.
@@ -354,7 +380,7 @@ class _Program:
   def _rng_state(self):
     np_random = getattr(sys.modules.get("numpy"), "random", None)
     return (
-        random.getstate(),
+        random.getstate() if self.swap_random else None,
         np_random.get_state() if self.swap_numpy and np_random else None,
     )
 
@@ -365,7 +391,8 @@ class _Program:
       self.rng[self.current] = self._rng_state()
     state = self.rng.get(inst)
     if state is not None:
-      random.setstate(state[0])
+      if state[0] is not None:
+        random.setstate(state[0])
       if state[1] is not None:
         sys.modules["numpy"].random.set_state(state[1])
     self.current = inst
@@ -447,6 +474,7 @@ class _Program:
     ok, value = self._run(index, None, load, self.load_s)
     if ok and value[1] is None:
       self.cls = value[0]
+      self.swap_random = _uses_global_random(source)
       self.swap_numpy = "numpy" in sys.modules and _uses_numpy_random(source)
       self.pristine = self._rng_state()
     else:
