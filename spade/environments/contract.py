@@ -35,7 +35,8 @@ is what the reference's loader and ``validate_game`` accept
 
 Every call (``reset``, ``step``, ``hint``, ``solution``, ``execute_tool``,
 ``close``) must finish within ``sandbox.call_timeout_s`` (``CALL_TIMEOUT_S``)
-and return at most ``MAX_OUTPUT_CHARS`` characters; programs may use the
+of CPU time (and four times that of wall time, for a call that sleeps) and
+return at most ``MAX_OUTPUT_CHARS`` characters; programs may use the
 standard library plus ``numpy`` and ``math_verify``, and the runtime
 pre-binds common names (``random``, ``re``, ``math``, ``json``, ``deque``,
 typing names, ...) as upstream.
@@ -64,8 +65,8 @@ FALLBACK_MAX_TURNS = 10
 # refuses the program. Other smoke replies only record `robust`.
 REFERENCE_ACTIONS = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
 
-# Default per-call budget (seconds) of reset/step/... at validation, and the
-# most characters one call may return (observation plus info).
+# Default per-call budget (CPU seconds) of reset/step/... at validation, and
+# the most characters one call may return (observation plus info).
 CALL_TIMEOUT_S = 0.5
 MAX_OUTPUT_CHARS = 65_536
 # The observation space of the gymnasium adapter.
