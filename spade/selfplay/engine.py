@@ -30,6 +30,7 @@ import numpy as np
 from spade.agent import prompts as agent_prompts
 from spade.agent import rollout
 from spade.environments import library
+from spade.environments import validator as validator_lib
 from spade.model import checkpoints as model_checkpoints
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
@@ -196,7 +197,10 @@ class Engine:
   def validate(self, codes: list[str]) -> list[dict]:
     """Verdicts for every program; each process validates its own slice."""
     mine = list(multihost.slice_for_process(len(codes)))
-    verdicts = self.pool.validate([codes[i] for i in mine]) if mine else []
+    # sandbox.call_timeout_s and environments.require, read by the validator.
+    options = validator_lib.options_from_config(self.config)
+    sources = [codes[i] for i in mine]
+    verdicts = self.pool.validate(sources, **options) if mine else []
     merged: dict[int, dict] = {}
     for part in multihost.allgather_objects(
         list(zip(mine, verdicts)), tag="validate"
