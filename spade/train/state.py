@@ -154,9 +154,18 @@ def create_state(
 ) -> TrainState:
   """A step-0 TrainState placed on `mesh` as the update step expects it.
 
+  No device ever holds a whole copy of a sharded tensor: each parameter is
+  placed by itself with its own NamedSharding (a host array goes shard by
+  shard to the devices that own each shard; parameters already placed so,
+  e.g. by `spade.model.sharding.init_sharded_params`, are copied shard by
+  shard on their own devices, so the state owns its buffers), and the
+  optimizer state is created by a jit whose outputs are sharded like
+  the parameters.
+
   Args:
     params: initial parameters (host or device arrays), e.g. from
-      `spade.model.checkpoints.initial_params`.
+      `spade.model.checkpoints.initial_params` or
+      `spade.model.sharding.init_sharded_params`.
     optimizer: from `make_optimizer(config.optim)`.
     rng: PRNG key for the state.
     mesh: the device mesh.
@@ -169,6 +178,17 @@ def create_state(
   )
   abstract = jax.eval_shape(make, params, rng=rng)
   shardings = state_shardings(abstract, mesh, rules)
-  params = jax.device_put(params, shardings.params)
+  # A copy even where the placement already matches: the update step
+  # donates the state, which must not free the caller's arrays.
+  place = functools.partial(jax.device_put, may_alias=False)
+  params = jax.tree.map(place, params, shardings.params)
+
+  def rest(params, rng):
+    # Everything but the parameters, which are not copied again.
+    return make(params, rng=rng).replace(params=None)
+
   with sharding.use_rules(mesh, rules):
-    return jax.jit(make, out_shardings=shardings)(params, rng=rng)
+    state = jax.jit(rest, out_shardings=shardings.replace(params=None))(
+        params, rng
+    )
+  return state.replace(params=params)
