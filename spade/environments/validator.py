@@ -5,6 +5,11 @@ calls it directly on untrusted code: the sandbox worker runs it inside a
 forked child in gVisor (`spade.sandbox.SandboxPool.validate`), which enforces
 the hard deadline and the memory limit. Standard library only at module level.
 
+A program is valid when the reference's loader and `validate_game` would
+accept it (see `contract`), unless it is hostile or a call runs past its
+budget; the stricter checks are recorded as the verdict's `properties`, and
+`require` (the config's `environments.require`) makes any of them necessary.
+
 `static_check` refuses the file, process, network and introspection escapes
 an AST pass can see. It is a filter that gives the designer a clear reason,
 not the security boundary: the sandbox stays the real wall.
@@ -592,7 +597,7 @@ class _Run:
     second = self._hard("reset", lambda: self._reset(env, other_seed))
 
     # What the reference does not check: recorded as properties.
-    self._check_robust(env, played)
+    self._check_robust(env)
     twin = self._check_deterministic(cls, name, env, first)
     self._check_seeded(env, first, second)
     self._check_hint(env)
@@ -646,8 +651,7 @@ class _Run:
           self._reset(env, self.seed)
     return record
 
-  def _check_robust(self, env, played) -> None:
-    del played
+  def _check_robust(self, env) -> None:
     try:
       self._reset(env, self.seed)
       self._smoke(env, reference=False)
