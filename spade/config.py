@@ -186,6 +186,10 @@ def base_config() -> ConfigDict:
   c.agent.max_new_tokens = 32
   c.agent.max_context = 768
   c.agent.temperature = 1.0
+  # Hinted episodes per environment, played when the pool is regenerated
+  # (0: as many as episodes_per_env; the arms may differ, as the
+  # reference's --spade-hint-plays-per-game and trajectories-per-game do).
+  c.agent.hint_episodes_per_env = 0
   # An episode's return. "final_if_terminated" (the reference's
   # `episode_reward`): the last reward, clipped to [-1, 1], if the
   # environment terminated the episode, else 0. "clipped_total" (ours

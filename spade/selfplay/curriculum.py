@@ -1,5 +1,5 @@
 """The loop state: grounding cursor, memory archive (with its replay
-buffer) and the delayed designer rows.
+buffer), the delayed designer rows and the regeneration window.
 
 All of it is plain host-side state, identical on every process (every process
 makes the same calls in the same order), saved whole as one JSON item in the
@@ -19,6 +19,7 @@ import ml_collections
 
 from spade import grounding
 from spade.selfplay import batching
+from spade.selfplay import records
 from spade.memory import archive as archive_lib
 from spade.memory import dedup
 from spade.selfplay import multihost
@@ -40,6 +41,8 @@ class Curriculum:
     self.archive = archive_lib.Archive(config.memory)
     # (iteration made, rows): designer rows waiting `optim.designer_delay`.
     self.delayed: list[tuple[int, list[batching.Row]]] = []
+    # The pool being played and its plays (`records.Window`), or None.
+    self.window = None
 
   def delay_designer_rows(
       self, iteration: int, rows: list[batching.Row], delay: int
@@ -129,6 +132,7 @@ class Curriculum:
             [it, [dataclasses.asdict(r) for r in rows]]
             for it, rows in self.delayed
         ],
+        "window": self.window.to_json() if self.window is not None else None,
     }
 
   def load(self, state: dict) -> None:
@@ -141,6 +145,8 @@ class Curriculum:
         (int(it), [batching.Row(**r) for r in rows])
         for it, rows in state.get("delayed", [])
     ]
+    window = state.get("window")
+    self.window = records.Window.from_json(window) if window else None
 
   def write_memory_file(self, workdir: str) -> None:
     """Mirrors the archive to WORKDIR/memory.json for the show CLI.

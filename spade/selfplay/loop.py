@@ -421,19 +421,28 @@ class Trainer:
       pool = self.pool_programs()
       rng = np.random.default_rng(_seed_for(c.seed, it, "seeds"))
       count = c.designer.num_envs if c.train.mode == "fixed_pool" else fill
-      picks = rng.choice(len(pool), size=count, replace=len(pool) < count)
-      out.extend(pool[int(j)] for j in picks)
+      if pool:
+        picks = rng.choice(len(pool), size=count, replace=len(pool) < count)
+        out.extend(pool[int(j)] for j in picks)
     return out
 
-  def play(self, it: int, envs: list[records.Environment]):
-    """K episodes with and K without the hint per environment."""
+  def play(
+      self, it: int, envs: list[records.Environment], hinted_arm: bool = True
+  ):
+    """`agent.episodes_per_env` episodes without the hint per environment
+    and, when `hinted_arm`, `agent.hint_episodes_per_env` with it (0: as
+    many); episode k of either arm resets with the same seed."""
     c = self.config
-    k = c.agent.episodes_per_env
+    arms = [(False, c.agent.episodes_per_env)]
+    if hinted_arm:
+      arms.append((True, self._hint_episodes()))
     specs = []
     for e, env in enumerate(envs):
-      for s in range(k):
+      for s in range(max(k for _, k in arms)):
         seed = _seed_for(c.seed, it, e, s)
-        for hinted in (False, True):
+        for hinted, k in arms:
+          if s >= k:
+            continue
           hint = None
           if hinted:
             hint = env.hint if env.hint is not None else rollout.ENV_HINT
@@ -459,15 +468,16 @@ class Trainer:
         progress=lambda line: _log("iteration %d: %s", it + 1, line),
     )
 
-  def score(
-      self,
-      designs: list[records.Design],
-      envs: list[records.Environment],
-      episodes: list[records.Episode],
-  ) -> records.Scores:
-    """Returns, masks and every score of the iteration (one jitted call)."""
+  def _hint_episodes(self) -> int:
     c = self.config
-    k = c.agent.episodes_per_env
+    return c.agent.hint_episodes_per_env or c.agent.episodes_per_env
+
+  def returns(
+      self, envs: list[records.Environment], episodes: list[records.Episode]
+  ) -> tuple[np.ndarray, np.ndarray]:
+    """R[env, k, hinted] and its mask from played episodes."""
+    c = self.config
+    k = max(c.agent.episodes_per_env, self._hint_episodes())
     returns = np.zeros((max(len(envs), 1), k, 2), np.float32)
     mask = np.zeros_like(returns, bool)
     for ep in episodes:
@@ -478,6 +488,21 @@ class Trainer:
       # An episode whose environment failed says nothing about the agent or
       # the program's difficulty: it leaves its group.
       mask[ep.env_index, ep.sample, h] = not ep.env_failed
+    return returns, mask
+
+  def score(
+      self,
+      designs: list[records.Design],
+      envs: list[records.Environment],
+      episodes: list[records.Episode] | None = None,
+      arrays: tuple[np.ndarray, np.ndarray] | None = None,
+  ) -> records.Scores:
+    """Every score of returns R[env, k, hinted] (one jitted call): from
+    `episodes`, or from given (returns, mask) arrays (a window's plays)."""
+    c = self.config
+    returns, mask = (
+        arrays if arrays is not None else self.returns(envs, episodes)
+    )
     valid_env = np.ones((returns.shape[0],), bool) & (len(envs) > 0)
     design_of_env = np.full((returns.shape[0],), -1, np.int32)
     for e, env in enumerate(envs):
@@ -551,19 +576,55 @@ class Trainer:
   # -- one iteration ----------------------------------------------------------
 
   def iteration(self, it: int) -> dict[str, float]:
-    """Runs iteration `it` and returns its metrics."""
+    """Runs iteration `it` and returns its metrics.
+
+    In "spade" mode the designer regenerates the pool every
+    `designer.regeneration_interval` iterations (the reference's 4) and the
+    agent plays it with and without hints then; in between it plays the
+    same pool without hints. When the window ends, the designer's rewards
+    are computed from every play of the window, and its rows go to the
+    update (after `optim.designer_delay` more iterations).
+    """
     c = self.config
     timer = {"sampling": 0.0, "sandbox": 0.0, "update": 0.0}
     t_start = time.perf_counter()
     designs, extra = ([], {})
-    if c.train.mode == "spade":
+    window = self.state.window
+    regenerate = c.train.mode == "spade" and window is None
+    if regenerate:
       designs, extra = self.design(it, timer)
-    envs = self.environments(it, designs)
-    episodes, stats = self.play(it, envs)
+    if window is None:
+      envs = self.environments(it, designs)
+      window = records.Window(
+          start=it,
+          envs=envs,
+          designs=designs,
+          plays=[[[], []] for _ in envs],
+      )
+    envs = window.envs
+    hinted_arm = window.start == it
+    episodes, stats = self.play(it, envs, hinted_arm=hinted_arm)
     timer["sampling"] += stats.sampling_s
     timer["sandbox"] += stats.sandbox_s
-    scores = self.score(designs, envs, episodes)
-    agent_rows, designer_rows, total = self.rows(designs, episodes, scores)
+    scores = self.score([], envs, episodes)
+    agent_rows, _, total = self.rows([], episodes, scores)
+    window.add(scores.returns, scores.mask)
+    interval = (
+        c.designer.regeneration_interval if c.train.mode == "spade" else 1
+    )
+    closes = it + 1 - window.start >= max(1, interval)
+    # Regret, designer rewards and memory stats: over the window's plays.
+    window_scores = self.score(window.designs, envs, arrays=window.arrays())
+    designer_rows = []
+    if closes:
+      _, designer_rows, designer_total = self.rows(
+          window.designs, [], window_scores
+      )
+      total += designer_total
+      self._remember(it, envs, window_scores)
+      self.state.window = None
+    else:
+      self.state.window = window
     due = self.state.delay_designer_rows(
         it, designer_rows, c.optim.designer_delay
     )
@@ -591,28 +652,30 @@ class Trainer:
     update_metrics.setdefault("train/update_skipped", 0.0)
     update_metrics["update/agent_rows"] = float(len(agent_rows))
     update_metrics["update/designer_rows"] = float(len(due))
-    self._remember(it, envs, scores)
-    self._save_programs(it, designs, envs, scores)
+    self._save_programs(it, designs, envs, scores, window_scores)
 
     reasons: dict[str, int] = {}
     for d in designs:
       if not d.valid:
         reasons[d.verdict.reason] = reasons.get(d.verdict.reason, 0) + 1
     lengths = [len(ep.turns) for ep in episodes] or [0]
-    summary = scores.summary
+    summary = window_scores.summary
     out = {
         "designer/num_designs": float(len(designs)),
         "designer/valid_rate": (
             float(np.mean([d.valid for d in designs])) if designs else 0.0
         ),
         "designer/reward_mean": (
-            float(scores.design_reward.mean()) if designs else 0.0
+            float(window_scores.design_reward.mean()) if window.designs else 0.0
         ),
+        "designer/window_closed": float(closes),
         "designer/diversity": self.state.diversity([d.code for d in designs]),
         "regret/mean": summary["regret_mean"],
         "agent/return_hint": summary["return_hint"],
-        "agent/return_nohint": summary["return_nohint"],
+        "agent/return_nohint": scores.summary["return_nohint"],
+        "agent/window_return_nohint": summary["return_nohint"],
         "agent/hint_gap": summary["return_hint"] - summary["return_nohint"],
+        "agent/hinted_arm": float(hinted_arm),
         "agent/episodes": float(len(episodes)),
         "agent/episode_length_mean": float(np.mean(lengths)),
         "agent/episode_length_max": float(np.max(lengths)),
@@ -664,7 +727,7 @@ class Trainer:
           episodes=int(m.sum()),
       )
 
-  def _save_programs(self, it, designs, envs, scores: records.Scores):
+  def _save_programs(self, it, designs, envs, scores, window_scores):
     if not self.config.train.save_programs or jax.process_index() != 0:
       return
     folder = os.path.join(self.workdir, PROGRAMS_DIR, f"iter_{it:06d}")
@@ -681,8 +744,7 @@ class Trainer:
               "hint": d.hint,
               "archive_id": d.archive_id,
               "grounding_id": d.grounding_id,
-              "reward": float(scores.design_reward[d.index]),
-              "advantage": float(scores.designer_advantages[d.index]),
+              "reward_so_far": float(window_scores.design_reward[d.index]),
           }
       )
     played = [

@@ -130,6 +130,18 @@ class Design:
     """The hint the agent's hinted arm sees; None: the program's `hint()`."""
     return self.verdict.written_hint
 
+  def to_json(self) -> dict[str, Any]:
+    """A JSON-able form (the loop state keeps a window's designs)."""
+    out = dataclasses.asdict(self)
+    out["verdict"] = self.verdict.to_dict()
+    return out
+
+  @classmethod
+  def from_json(cls, d: Mapping[str, Any]) -> "Design":
+    d = dict(d)
+    d["verdict"] = Verdict.from_dict(d["verdict"])
+    return cls(**d)
+
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
@@ -141,6 +153,71 @@ class Environment:
   design_index: int | None = None
   archive_id: str | None = None
   name: str = ""
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, d: Mapping[str, Any]) -> "Environment":
+    return cls(**d)
+
+
+@dataclasses.dataclass
+class Window:
+  """A regenerated pool and every play of it over its window.
+
+  The reference keeps each generated pool for `regeneration_interval`
+  rollouts and recomputes the designer's reward from all the plays of the
+  window: hinted plays at regeneration, unhinted plays every iteration.
+  This is loop state, saved with the checkpoint.
+
+  Attributes:
+    start: the iteration that regenerated the pool.
+    envs: the environments played over the window.
+    designs: the designs made at regeneration (valid or not).
+    plays: per environment, [unhinted returns, hinted returns] so far.
+  """
+
+  start: int
+  envs: list[Environment]
+  designs: list[Design]
+  plays: list[list[list[float]]]
+
+  def add(self, returns: np.ndarray, mask: np.ndarray) -> None:
+    """Appends one iteration's returns f32[E, K, 2] where mask is True."""
+    for e in range(len(self.envs)):
+      for h in (0, 1):
+        self.plays[e][h].extend(
+            float(r) for r, m in zip(returns[e, :, h], mask[e, :, h]) if m
+        )
+
+  def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    """The accumulated plays as returns f32[E, K, 2] with their mask."""
+    k = max([len(p) for env in self.plays for p in env] + [1])
+    returns = np.zeros((max(len(self.envs), 1), k, 2), np.float32)
+    mask = np.zeros_like(returns, bool)
+    for e, env in enumerate(self.plays):
+      for h, plays in enumerate(env):
+        returns[e, : len(plays), h] = plays
+        mask[e, : len(plays), h] = True
+    return returns, mask
+
+  def to_json(self) -> dict[str, Any]:
+    return {
+        "start": self.start,
+        "envs": [e.to_json() for e in self.envs],
+        "designs": [d.to_json() for d in self.designs],
+        "plays": self.plays,
+    }
+
+  @classmethod
+  def from_json(cls, d: Mapping[str, Any]) -> "Window":
+    return cls(
+        start=int(d["start"]),
+        envs=[Environment.from_json(e) for e in d["envs"]],
+        designs=[Design.from_json(x) for x in d["designs"]],
+        plays=[[list(map(float, p)) for p in env] for env in d["plays"]],
+    )
 
 
 @dataclasses.dataclass(frozen=True)

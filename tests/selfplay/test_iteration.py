@@ -53,15 +53,25 @@ class FakeEngine:
     return 10_000
 
   def sample(self, prompts, *, role, max_new_tokens, temperature, seed):
-    del max_new_tokens, temperature, seed
+    del max_new_tokens, temperature
     self.sampled.append((role, len(prompts)))
     # Each design phase samples programs, then writes their hints.
     designer_calls = sum(r == "designer" for r, _ in self.sampled)
     if role == "designer" and designer_calls % 2 == 0:
-      text = "Count to three, one step at a time."
-    else:
-      text = f"```python\n{PROGRAM}\n```"
-    return [([1, 2, 3], [-0.5, -0.5, -0.5], text) for _ in prompts]
+      return [
+          ([1, 2, 3], [-0.5, -0.5, -0.5], "Count to three, one step at a time.")
+          for _ in prompts
+      ]
+    # Programs differ row by row, so none is a near-duplicate of another.
+    return [
+        (
+            [1, 2, 3],
+            [-0.5, -0.5, -0.5],
+            f"```python\n{PROGRAM.replace('three', f'three ({i}, {seed})')}"
+            "\n```",
+        )
+        for i in range(len(prompts))
+    ]
 
   def validate(self, codes):
     return [dict(self.verdict) for _ in codes]
@@ -332,3 +342,48 @@ def test_exchange_keys_are_deleted_once_every_process_read_them(monkeypatch):
   ]
   # Only the latest round's own key is left; the earlier four were deleted.
   assert mine == [f"spade/{tag}/4/0"]
+
+
+def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it():
+  c = _config(**{"designer.num_envs": 2, "designer.samples_per_prompt": 2})
+  c.designer.regeneration_interval = 2
+  c.memory.enabled = False  # the fake's programs are near-duplicates
+  t = _trainer(c)
+  calls = []
+
+  def play(it, envs, hinted_arm=True):
+    calls.append((it, [e.source for e in envs], hinted_arm))
+    eps = []
+    for e in range(len(envs)):
+      for k in range(2):
+        # Env 0 is won without the hint once in two plays; env 1 never.
+        eps.append(
+            _episode(e, k, False, [1.0 if e == 0 and k == it % 2 else 0.0])
+        )
+        if hinted_arm:
+          eps.append(_episode(e, k, True, [1.0]))
+    return eps, types.SimpleNamespace(
+        sampling_s=0.0,
+        sandbox_s=0.0,
+        sandbox_hidden_s=0.0,
+        tokens_sampled=0,
+        tool_calls=0,
+    )
+
+  t.play = play
+  m0 = t.iteration(0)
+  assert t.state.window is not None and m0["designer/window_closed"] == 0.0
+  assert t.engine.updates[-1][1] == []  # no designer rows before the end
+  # The window lives in the loop state: a checkpoint round trip keeps it.
+  saved = json.loads(json.dumps(t.state.state()))
+  t.state = curriculum_lib.Curriculum(c)
+  t.state.load(saved)
+  m1 = t.iteration(1)
+  (it0, pool0, hinted0), (it1, pool1, hinted1) = calls
+  assert pool0 == pool1 and hinted0 and not hinted1
+  assert t.state.window is None and m1["designer/window_closed"] == 1.0
+  designer_rows = t.engine.updates[-1][1]
+  # Scored from both iterations' plays: env 0 won 2 of 4 unhinted plays (a
+  # plateau win rate) and env 1 none, so their designs differ.
+  assert len(designer_rows) == 2
+  assert designer_rows[0].advantage > 0 > designer_rows[1].advantage
