@@ -378,7 +378,8 @@ class SandboxPool:
         "call_timeout"; one that ignores the timer is killed with its
         program's process (that program's episodes end, no other's).
       validate_timeout_s: deadline of one validation.
-      memory_mb: address-space limit of each environment process.
+      memory_mb: address-space limit of each program's process (shared by
+        that program's episodes).
       host_grace_s: margin after a worker deadline before the host gives up
         on the sandbox and replaces it.
       max_envs_per_sandbox: children (program processes, validations,
@@ -391,8 +392,8 @@ class SandboxPool:
       preload: modules imported once in each worker before forking.
       tmpfs_mb: size of each sandbox's writable /tmp.
       sandbox_memory_mb: cgroup memory limit of a whole gVisor sandbox.
-      nproc: processes an environment's uid may have.
-      nofile: open files per environment process.
+      nproc: processes a program's uid may have.
+      nofile: open files per program process.
       fsize_mb: largest file an environment may write.
       max_parallel: children one worker runs at once within a request.
       spare_envs: environment processes each worker keeps forked ahead
