@@ -409,7 +409,7 @@ def test_converted_copy_is_kept_and_restored(gguf_config, capfd):
   assert "kept a copy" in capfd.readouterr().err
   assert len(_converted_dirs(gguf_config)) == 1
   second = checkpoints.initial_params(gguf_config)
-  assert "restored" in capfd.readouterr().err
+  assert "loaded" in capfd.readouterr().err
   jax.tree.map(np.testing.assert_array_equal, first, direct)
   jax.tree.map(np.testing.assert_array_equal, second, direct)
   # A changed model config is another copy, not a wrong one.
@@ -418,35 +418,25 @@ def test_converted_copy_is_kept_and_restored(gguf_config, capfd):
   assert len(_converted_dirs(gguf_config)) == 2
 
 
-@pytest.mark.parametrize("damage", ["zero_data", "drop_manifest_tensor"])
+@pytest.mark.parametrize("damage", ["zero_bytes", "truncate"])
 def test_corrupt_copy_is_reported_and_rebuilt(gguf_config, capfd, damage):
   first = checkpoints.initial_params(gguf_config)
   (name,) = _converted_dirs(gguf_config)
-  directory = os.path.join(os.environ["SPADE_CACHE"], "converted", name)
-  if damage == "zero_data":
-    # Zero the largest data file: the restore fails or the checksums differ.
-    files = [
-        os.path.join(root, f)
-        for root, _, fs in os.walk(os.path.join(directory, "params"))
-        for f in fs
-    ]
-    big = max(files, key=os.path.getsize)
-    size = os.path.getsize(big)
-    with open(big, "r+b") as f:
-      f.seek(size // 4)
-      f.write(b"\0" * (size // 2))
+  file = os.path.join(os.environ["SPADE_CACHE"], "converted", name)
+  size = os.path.getsize(file)
+  if damage == "zero_bytes":
+    with open(file, "r+b") as f:
+      f.seek(size // 2)
+      f.write(b"\0" * 64)
   else:
-    manifest = os.path.join(directory, "manifest.json")
-    body = json.load(open(manifest))
-    body["tensors"]["final_norm/scale"]["checksum"][0] += 1.0
-    json.dump(body, open(manifest, "w"))
+    os.truncate(file, size - 1000)
   capfd.readouterr()
   second = checkpoints.initial_params(gguf_config)
   err = capfd.readouterr().err
   assert "corrupt" in err and "rebuilding" in err
   jax.tree.map(np.testing.assert_array_equal, first, second)
   third = checkpoints.initial_params(gguf_config)
-  assert "restored" in capfd.readouterr().err
+  assert "loaded" in capfd.readouterr().err
   jax.tree.map(np.testing.assert_array_equal, first, third)
 
 
