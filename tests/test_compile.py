@@ -91,3 +91,18 @@ def test_an_absurd_batch_does_not_fit():
   # Either the compiler refuses (RESOURCE_EXHAUSTED) or its peak is over.
   assert update.error or update.peak_bytes > 95 * GIB
   assert "fits=False" in report.summary()
+
+
+@pytest.mark.parametrize(
+    "name, chips, kind",
+    [
+        ("v5p-32", 16, "TPU v5"),
+        ("v4-8", 4, "TPU v4"),
+        ("v5e-16", 16, "TPU v5 lite"),
+        ("v6e-8", 8, "TPU v6 lite"),
+    ],
+)
+def test_slice_names_give_the_slice_devices(name, chips, kind):
+  devices = topology.parse(name).devices()
+  assert len(devices) == chips
+  assert {d.device_kind for d in devices} == {kind}

@@ -397,3 +397,41 @@ def test_gke_manifests_single_host_v6e():
           "configs/tiny.py", [], xl.parse_gpu("h100:8"), "/w", validate=False
       )["jobs"][0]
   )
+
+
+@pytest.mark.parametrize(
+    "spec", ["v5p-8", "v5p-32", "v4-128", "v5e-16", "v6e-8"]
+)
+def test_launcher_and_compiler_read_one_slice_table(spec):
+  from spade.model import topology  # pylint: disable=g-import-not-at-top
+
+  a, s = xl.parse_tpu(spec), topology.parse(spec)
+  assert (a.type, a.name, a.count, a.hosts, a.per_host, a.topology) == (
+      s.generation,
+      s.name,
+      s.chips,
+      s.hosts,
+      s.per_host,
+      s.topology,
+  )
+  assert a.xm_resource == s.spec.xm_resource
+
+
+def test_compile_topology_arguments():
+  from spade.model import topology  # pylint: disable=g-import-not-at-top
+
+  # The arguments under which libtpu describes a v5p-32 slice from a CPU.
+  assert topology.parse("v5p-32").topology_desc_args() == dict(
+      platform="tpu",
+      topology_name="v5:2x2x4",
+      chip_config_name="megacore",
+      chips_per_host_bounds=(2, 2, 1),
+      num_slices=1,
+  )
+  v6e = topology.parse("v6e-8").topology_desc_args()
+  assert v6e["topology_name"] == "v6e:2x4"
+  assert v6e["chip_config_name"] == "default"
+  assert v6e["chips_per_host_bounds"] == (2, 4, 1)
+  assert topology.parse("v5e-16").topology_desc_args()[
+      "chips_per_host_bounds"
+  ] == (2, 2, 1)
