@@ -227,3 +227,29 @@ def test_example_programs_validate_in_the_sandbox():
     verdicts = pool.validate(codes)
   for family, verdict in zip(prompts.FAMILIES, verdicts):
     assert verdict["valid"], (family, verdict.get("reason"), verdict)
+
+
+def test_validity_benchmark_builds_the_loop_prompts():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  path = os.path.join(
+      os.path.dirname(__file__),
+      "..",
+      "..",
+      "benchmarks",
+      "designer_validity.py",
+  )
+  spec = importlib.util.spec_from_file_location("_designer_validity", path)
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
+  items = bench.designer_prompts_for(config, 3, seed=0, iteration=0)
+  assert len(items) == 3
+  for messages, spec_, doc in items:
+    assert doc is not None and doc.text.split()[0] in messages[1]["content"]
+    assert prompts.effective_family(spec_.family, doc) == "corpus_game"
+  config.grounding.enabled = False
+  items = bench.designer_prompts_for(config, 2, seed=0, iteration=0)
+  assert [d for _, _, d in items] == [None, None]
+  assert "REFERENCE EXAMPLE — Trading Game" in items[0][0][1]["content"]
