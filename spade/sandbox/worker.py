@@ -1186,6 +1186,8 @@ class Worker:
         budget += opts.step_timeout_s if "source" in sub else 0.0
     now = time.monotonic()
     first = opts.step_timeout_s + opts.call_timeout_s
+    # Before sending: a quick child beats before the write returns.
+    seq = _BEAT.unpack_from(child.beat, 0)[0]
     self._write(child, {"op": "batch", "items": [e[1] for e in entries]})
 
     def on_result(msg):
@@ -1229,7 +1231,6 @@ class Worker:
         if sub["op"] == "create":
           self._forget(env_id)
 
-    seq = _BEAT.unpack_from(child.beat, 0)[0]
     job = {
         "fd": child.rfd,
         "child": child,
