@@ -190,6 +190,11 @@ def base_config() -> ConfigDict:
   # (0: as many as episodes_per_env; the arms may differ, as the
   # reference's --spade-hint-plays-per-game and trajectories-per-game do).
   c.agent.hint_episodes_per_env = 0
+  # One training row per episode whose history was never truncated (the
+  # reference builds one token sequence per episode with a loss mask); the
+  # prompts then grow by the sampled tokens. False: one row per turn, each
+  # holding the whole history again.
+  c.agent.episode_rows = True
   # An episode's return. "final_if_terminated" (the reference's
   # `episode_reward`): the last reward, clipped to [-1, 1], if the
   # environment terminated the episode, else 0. "clipped_total" (ours

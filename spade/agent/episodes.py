@@ -27,6 +27,13 @@ class Turn:
   reward: float
   observation: str
   tool_results: tuple[str, ...] = ()
+  # When the prompt is a prefix of the episode's token sequence
+  # (`Episode.tokens`), `prompt_ids` is left empty and this is its length.
+  context_len: int = 0
+
+  def prompt(self, episode: "Episode") -> tuple[int, ...]:
+    """The ids this reply was sampled from."""
+    return self.prompt_ids or episode.tokens[: self.context_len]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +66,17 @@ class Episode:
   truncated: bool
   env_failed: bool = False
   error: str | None = None
+  # The episode as one token sequence, exactly as the sampler saw it: the
+  # first prompt, then each reply's sampled tokens and the environment's
+  # answer rendered between them, up to the end of the last reply;
+  # `token_mask` is True on sampled tokens, `token_logprobs` their
+  # sampler log-probs. `exact` says the whole episode is in it (its
+  # history was never truncated), so it trains as one row.
+  tokens: tuple[int, ...] = ()
+  token_mask: tuple[bool, ...] = ()
+  token_logprobs: tuple[float, ...] = ()
+  prompt_len: int = 0
+  exact: bool = False
 
   @property
   def rewards(self) -> tuple[float, ...]:

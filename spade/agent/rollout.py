@@ -240,6 +240,14 @@ class _Live:
   truncated: bool = False
   env_failed: bool = False
   error: str | None = None
+  # The running token sequence (see `episodes.Episode.tokens`) while the
+  # episode is exact; `end` is its length after the last reply.
+  exact: bool = False
+  seq: list[int] = dataclasses.field(default_factory=list)
+  seq_mask: list[bool] = dataclasses.field(default_factory=list)
+  seq_lp: list[float] = dataclasses.field(default_factory=list)
+  prompt_len: int = 0
+  end: int = 0
 
   def fail(self, res: dict) -> None:
     self.done, self.env_failed = True, True
@@ -258,6 +266,11 @@ class _Live:
         truncated=self.truncated,
         env_failed=self.env_failed,
         error=self.error,
+        tokens=tuple(self.seq[: self.end]),
+        token_mask=tuple(self.seq_mask[: self.end]),
+        token_logprobs=tuple(self.seq_lp[: self.end]),
+        prompt_len=self.prompt_len,
+        exact=self.exact,
     )
 
 
@@ -272,6 +285,8 @@ def run_episodes(
     seed: int,
     overlap: bool = True,
     progress: Callable[[str], None] | None = None,
+    extend: Callable[[list, str, list], list[int] | None] | None = None,
+    stop_ids: Sequence[int] = (),
 ) -> tuple[list[episodes_lib.Episode], RolloutStats]:
   """Plays all episodes to the end (termination, truncation or `max_turns`).
 
@@ -296,6 +311,15 @@ def run_episodes(
     seed: base sampling seed; turn t of half h uses seed*1000 + 2*t + h.
     overlap: pipeline the sandbox of one half behind the sampling of the other.
     progress: optional callback for a log line per turn.
+    extend: optional `extend(messages, reply, messages_after) -> ids`: the
+      tokens the chat format puts after a reply to reach the next prompt
+      (None when it cannot tell). Given it, an episode is played as one
+      growing token sequence, each prompt the previous one plus the sampled
+      reply plus these ids, so the whole episode trains as one row; an
+      episode whose sequence outgrows `max_context` falls back to rendered,
+      truncated prompts (and per-turn rows).
+    stop_ids: the sampler's stop ids (a reply's closing stop id and the chat
+      format's turn end are one token, not two).
 
   Returns:
     The frozen episodes (same order as specs) and the time spent.
@@ -326,19 +350,31 @@ def run_episodes(
       else:
         ep.fail(res)
 
+  def prompt_for(ep):
+    """The prompt ids of ep's next reply and whether they extend ep.seq."""
+    messages = prompts_lib.episode_messages(
+        ep.first_observation, ep.hint, ep.turns
+    )
+    if extend is not None and not ep.turns:
+      ids = prompts_lib.truncate_messages(messages, render, max_context)
+      # Exact only if the task was not shortened to fit.
+      ep.exact = len(ids) == len(render(messages))
+      if ep.exact:
+        ep.seq, ep.seq_mask = list(ids), [False] * len(ids)
+        ep.seq_lp, ep.prompt_len = [0.0] * len(ids), len(ids)
+      return ids, ep.exact
+    if ep.exact and len(ep.seq) <= max_context:
+      return list(ep.seq), True
+    ep.exact = False
+    return prompts_lib.truncate_messages(messages, render, max_context), False
+
   def sample(ids, turn, half):
-    prompts = [
-        prompts_lib.truncate_messages(
-            prompts_lib.episode_messages(
-                live[i].first_observation, live[i].hint, live[i].turns
-            ),
-            render,
-            max_context,
-        )
-        for i in ids
-    ]
+    prompts = []
+    for i in ids:
+      ids_i, in_seq = prompt_for(live[i])
+      prompts.append((ids_i, in_seq))
     start = time.perf_counter()
-    outs = sampler(prompts, seed * 1000 + 2 * turn + half)
+    outs = sampler([p for p, _ in prompts], seed * 1000 + 2 * turn + half)
     stats.sampling_s += time.perf_counter() - start
     stats.tokens_sampled += sum(len(o[0]) for o in outs)
     return prompts, outs
@@ -371,13 +407,30 @@ def run_episodes(
     return results, time.perf_counter() - start
 
   def apply(ids, prompts, outs, results):
-    for i, prompt, (tok, lp, text), (kind, res) in zip(
+    for i, (prompt, in_seq), (tok, lp, text), (kind, res) in zip(
         ids, prompts, outs, results
     ):
       ep = live[i]
-      turn = functools.partial(
-          episodes_lib.Turn, tuple(prompt), tuple(tok), tuple(lp), text
-      )
+      before = ep.turns[:]
+      if in_seq:
+        # The prompt is ep.seq itself: keep only its length in the turn.
+        turn = functools.partial(
+            episodes_lib.Turn,
+            (),
+            tuple(tok),
+            tuple(lp),
+            text,
+            context_len=len(prompt),
+        )
+        ep.seq += list(tok)
+        ep.seq_mask += [True] * len(tok)
+        ep.seq_lp += list(lp)
+        ep.end = len(ep.seq)
+      else:
+        ep.exact = False
+        turn = functools.partial(
+            episodes_lib.Turn, tuple(prompt), tuple(tok), tuple(lp), text
+        )
       if kind == "tools":
         outputs = []
         for r in res:
@@ -407,6 +460,25 @@ def run_episodes(
         ep.done = ep.terminated or ep.truncated
       if not ep.done and len(ep.turns) >= max_turns:
         ep.done, ep.truncated = True, True
+      if ep.exact and not ep.done:
+        grow(ep, before, tok)
+
+  def grow(ep, before, tok):
+    """Appends what the chat format puts between the reply and the next
+    prompt; an episode whose format cannot say stops being exact."""
+    delta = extend(
+        prompts_lib.episode_messages(ep.first_observation, ep.hint, before),
+        ep.turns[-1].action,
+        prompts_lib.episode_messages(ep.first_observation, ep.hint, ep.turns),
+    )
+    if delta is None:
+      ep.exact = False
+      return
+    if tok and delta and tok[-1] in stop_ids and delta[0] == tok[-1]:
+      delta = delta[1:]
+    ep.seq += list(delta)
+    ep.seq_mask += [False] * len(delta)
+    ep.seq_lp += [0.0] * len(delta)
 
   # Fixed groups, each advancing turn by turn on its own: group g's sandbox
   # calls run in the worker while the other group samples.

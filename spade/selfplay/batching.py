@@ -4,8 +4,11 @@ A training row is one sampled completion and the prompt it was sampled from:
 `tokens = prompt + completion`, `loss_mask` True on the completion only (the
 model is trained on what it sampled, never on prompts or environment text),
 `old_logprobs` the sampler's logprobs at those positions, one scalar
-advantage per row. An agent row is one turn of an episode, carrying its
-episode's advantage; a designer row is one program.
+advantage per row. An agent row is a whole episode when its history was
+never truncated (its replies unmasked, the environment's words between them
+masked, so the tokens the update scores grow with the episode, not with its
+square), else one turn; it carries its episode's advantage. A designer row
+is one program.
 
 Rows are right-padded to a power-of-two length bucket and the row count to a
 multiple of `row_multiple` (the mesh's batch-axis size) with zero-weight rows,
@@ -29,11 +32,19 @@ class Row:
   completion_ids: tuple[int, ...]
   logprobs: tuple[float, ...]
   advantage: float
+  # None: every completion token was sampled. Otherwise True on the sampled
+  # tokens of a whole episode (its replies), False on what the environment
+  # said between them; `logprobs` is then aligned with `completion_ids`.
+  mask: tuple[bool, ...] | None = None
 
   def __post_init__(self):
     # Tuples, so a row is hashable, comparable and safe to share.
     for name in ("prompt_ids", "completion_ids", "logprobs"):
       object.__setattr__(self, name, tuple(getattr(self, name)))
+    if self.mask is not None:
+      object.__setattr__(self, "mask", tuple(bool(m) for m in self.mask))
+      if len(self.mask) != len(self.completion_ids):
+        raise ValueError("Row.mask must be as long as completion_ids")
 
 
 def make_batch(
@@ -69,18 +80,14 @@ def make_batch(
           " come from the sampler's prompt budget (spade.agent.prompts."
           "prompt_budget), which leaves room for the completion"
       )
-    clipped.append(
-        (
-            list(r.prompt_ids),
-            list(r.completion_ids),
-            list(r.logprobs),
-            r.advantage,
-        )
-    )
+    clipped.append(r)
   # Few shapes to compile, and a 770-token row pads to 1024, not 2048 (the
   # update's activation memory grows with the square of the length).
   length = shapes.bucket(
-      max((len(p) + len(c) for p, c, _, _ in clipped), default=1),
+      max(
+          (len(r.prompt_ids) + len(r.completion_ids) for r in clipped),
+          default=1,
+      ),
       minimum=64,
       step=256,
   )
@@ -97,17 +104,20 @@ def make_batch(
   old_logprobs = np.zeros((n, length), np.float32)
   advantages = np.zeros((n,), np.float32)
   weights = np.zeros((n,), np.float32)
-  for i, (prompt, completion, logprobs, advantage) in enumerate(clipped):
-    seq = prompt + completion
+  for i, r in enumerate(clipped):
+    seq = list(r.prompt_ids) + list(r.completion_ids)
     tokens[i, : len(seq)] = seq
     positions[i, : len(seq)] = np.arange(len(seq))
     input_mask[i, : len(seq)] = True
     # Position t predicts token t+1: the completion's tokens are targets at
     # their own positions, and the loss code shifts logits by one.
-    start = len(prompt)
-    loss_mask[i, start : start + len(completion)] = True
-    old_logprobs[i, start : start + len(logprobs)] = logprobs
-    advantages[i] = advantage
+    start = len(r.prompt_ids)
+    if r.mask is None:
+      loss_mask[i, start : start + len(r.completion_ids)] = True
+    else:
+      loss_mask[i, start : start + len(r.mask)] = r.mask
+    old_logprobs[i, start : start + len(r.logprobs)] = r.logprobs
+    advantages[i] = r.advantage
     weights[i] = 1.0
   return {
       "tokens": tokens,

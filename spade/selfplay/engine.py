@@ -90,6 +90,27 @@ class Engine:
         self.tokenizer.chat_prompt(messages), add_bos=True
     )
 
+  def extend(
+      self,
+      messages: list[dict[str, str]],
+      reply: str,
+      after: list[dict[str, str]],
+  ) -> list[int] | None:
+    """The ids the chat format puts after `reply` to reach `after`'s prompt.
+
+    `after` is `messages` plus the reply and what the environment answered;
+    its rendered prompt must start with `messages`' prompt followed by the
+    reply's text, so the episode's token sequence can grow by the reply's
+    sampled ids and these. None when the format does not (e.g. it strips a
+    reply's whitespace): the rollout then renders that episode's prompts.
+    """
+    t = self.tokenizer
+    head = t.chat_prompt(messages) + reply
+    text = t.chat_prompt(after)
+    if not text.startswith(head):
+      return None
+    return t.encode(text[len(head) :], add_bos=False)
+
   # -- sampling ---------------------------------------------------------------
 
   def _sampler(self, role: str):

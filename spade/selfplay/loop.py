@@ -466,6 +466,8 @@ class Trainer:
         seed=_seed_for(c.seed, it, "agent"),
         overlap=True,
         progress=lambda line: _log("iteration %d: %s", it + 1, line),
+        extend=self.engine.extend if c.agent.episode_rows else None,
+        stop_ids=tuple(self.engine.tokenizer.stop_ids),
     )
 
   def _hint_episodes(self) -> int:
@@ -554,6 +556,21 @@ class Trainer:
       a = float(
           scores.agent_advantages[ep.env_index, ep.sample, int(ep.hinted)]
       )
+      if ep.exact and any(t.completion_ids for t in ep.turns):
+        # The whole episode as one row: replies unmasked, the environment's
+        # words between them masked, scored once.
+        total += 1
+        if a != 0.0:
+          agent_rows.append(
+              batching.Row(
+                  ep.tokens[: ep.prompt_len],
+                  ep.tokens[ep.prompt_len :],
+                  ep.token_logprobs[ep.prompt_len :],
+                  a,
+                  mask=ep.token_mask[ep.prompt_len :],
+              )
+          )
+        continue
       for turn in ep.turns:
         if not turn.completion_ids:
           continue
@@ -561,7 +578,7 @@ class Trainer:
         if a != 0.0:
           agent_rows.append(
               batching.Row(
-                  turn.prompt_ids, turn.completion_ids, turn.logprobs, a
+                  turn.prompt(ep), turn.completion_ids, turn.logprobs, a
               )
           )
     designer_rows = []

@@ -1,6 +1,7 @@
 """Padded update batches: masks on sampled tokens only, buckets, padding rows."""
 
 import numpy as np
+import pytest
 
 from spade.selfplay import batching
 
@@ -23,17 +24,31 @@ def test_rows_are_padded_and_masked():
   assert not b["loss_mask"][2:].any()
 
 
-def test_long_row_keeps_completion_and_prompt_tail():
+def test_a_row_longer_than_max_len_is_an_error_never_cut():
+  # Cutting would score the completion in a context it was not sampled in.
   rows = [batching.Row(list(range(100)), [500, 501], [-1.0, -1.0], 1.0)]
+  with pytest.raises(ValueError, match="exceeds model.max_len=32"):
+    batching.make_batch(rows, max_len=32, pad_id=0)
+  rows = [batching.Row(list(range(20)), [500, 501], [-1.0, -1.0], 1.0)] * 5
   b = batching.make_batch(rows, max_len=32, pad_id=0)
-  assert b["tokens"].shape == (1, 32)
-  rows = rows * 5  # 5 rows -> 8, the next power of two
-  assert batching.make_batch(rows, max_len=32, pad_id=0)["tokens"].shape == (
-      8,
-      32,
-  )
-  np.testing.assert_array_equal(b["tokens"][0, -3:], [99, 500, 501])
+  assert b["tokens"].shape == (8, 32)  # 5 rows -> 8, the next power of two
+  np.testing.assert_array_equal(b["tokens"][0, 19:22], [19, 500, 501])
   assert b["loss_mask"][0].sum() == 2
+
+
+def test_an_episode_row_masks_what_the_environment_said():
+  row = batching.Row(
+      [1, 2],
+      [10, 11, 7, 7, 12],
+      [-0.1, -0.2, 0.0, 0.0, -0.3],
+      1.0,
+      mask=[True, True, False, False, True],
+  )
+  b = batching.make_batch([row], max_len=64, pad_id=0)
+  np.testing.assert_array_equal(b["loss_mask"][0, :8], [0, 0, 1, 1, 0, 0, 1, 0])
+  np.testing.assert_allclose(
+      b["old_logprobs"][0, :7], [0, 0, -0.1, -0.2, 0, 0, -0.3]
+  )
 
 
 def test_empty_role_still_has_rows():
