@@ -8,7 +8,12 @@ compilation, so the figures are taken from the last one. Prints per-phase
 seconds and how much of the sandbox time was hidden behind sampling (the
 rollout engine steps one half of the episodes while sampling the other);
 the last line is key=value pairs: iteration_s, sampling_s, sandbox_s,
-rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s.
+rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s, and the tokens
+the update scores per episode of T = 1, 5 and 25 turns with one row per
+episode (`scored_tokens_per_episode_tT`) and with one row per turn
+(`per_turn_tokens_per_episode_tT`), measured on episodes played by the real
+rollout engine in the byte chat format (32-token replies, 64-character
+observations). `--rows_only` prints only those.
 """
 
 from __future__ import annotations
@@ -29,10 +34,99 @@ from spade.selfplay import metrics as metrics_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tiny.py")
 _ITERS = flags.DEFINE_integer("iterations", 2, "Iterations; the last is timed.")
+_ROWS_ONLY = flags.DEFINE_bool(
+    "rows_only", False, "Only the scored-token figures (no loop run)."
+)
+
+
+def scored_tokens(turns: int) -> tuple[int, int]:
+  """Tokens scored for one T-turn episode: (episode row, per-turn rows)."""
+  # pylint: disable=g-import-not-at-top
+  import types
+
+  from spade.agent import rollout
+  from spade.model import tokenizer as tokenizer_lib
+  from spade.selfplay import engine as engine_lib
+
+  tok = tokenizer_lib.ByteTokenizer()
+  engine = types.SimpleNamespace(tokenizer=tok)
+
+  class Executor:
+    """An environment that answers every move with 64 characters."""
+
+    def reset(self, items):
+      return [{"ok": True, "obs": "task " * 20, "hint": None} for _ in items]
+
+    def step(self, items):
+      obs = "o" * 64
+      return [
+          {
+              "ok": True,
+              "obs": obs,
+              "reward": 0.0,
+              "terminated": False,
+              "truncated": False,
+              "info": {},
+          }
+          for _ in items
+      ]
+
+    def call(self, items):
+      raise AssertionError("no tools here")
+
+    def close(self, ids):
+      del ids
+
+  def sampler(prompts, seed):
+    del seed
+    ids = tok.encode("\\boxed{" + "m" * 23 + "}") + [tok.eos_id]
+    return [(ids, [-1.0] * len(ids), tok.decode(ids)) for _ in prompts]
+
+  def play(episode_rows):
+    (ep,), _ = rollout.run_episodes(
+        [rollout.EpisodeSpec(0, "src", 0, None)],
+        sampler,
+        Executor(),
+        lambda m: tok.encode(tok.chat_prompt(m), add_bos=True),
+        max_turns=turns,
+        max_context=1 << 20,
+        seed=0,
+        extend=(lambda *a: engine_lib.Engine.extend(engine, *a))
+        if episode_rows
+        else None,
+        stop_ids=tok.stop_ids,
+    )
+    return ep
+
+  one = play(True)
+  assert one.exact and len(one.turns) == turns
+  per_turn = play(False)
+  return len(one.tokens), sum(
+      len(t.prompt(per_turn)) + len(t.completion_ids) for t in per_turn.turns
+  )
+
+
+def _rows_line() -> str:
+  parts = []
+  for t in (1, 5, 25):
+    one, per_turn = scored_tokens(t)
+    print(
+        f"T={t}: {one} tokens scored with one row per episode, {per_turn}"
+        f" with one row per turn ({per_turn / one:.1f}x)"
+    )
+    parts.append(
+        f"scored_tokens_per_episode_t{t}={one}"
+        f" per_turn_tokens_per_episode_t{t}={per_turn}"
+    )
+  return " ".join(parts)
 
 
 def main(argv):
   del argv
+  rows = _rows_line()
+  if _ROWS_ONLY.value:
+    print(rows)
+    return
   config = _CONFIG.value
   config.num_iterations = _ITERS.value
   config.train.checkpoint_every = 10_000  # measure the loop, not orbax
@@ -60,6 +154,7 @@ def main(argv):
       f" rollout_sandbox_s={last['time/rollout_sandbox_s']:.3f}"
       f" sandbox_hidden_s={last['time/sandbox_hidden_s']:.3f}"
       f" hidden_frac={hidden:.3f} update_s={last['time/update_s']:.3f}"
+      f" {rows}"
   )
 
 
