@@ -25,8 +25,11 @@ from spade.memory import dedup
 from spade.selfplay import multihost
 
 
-class Curriculum:
-  """Grounding documents, memory examples, duplicates, replay, stats."""
+class LoopState:
+  """Grounding, memory, the regeneration window, the delayed designer rows.
+
+  One object, saved and restored whole with the checkpoint.
+  """
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config

@@ -89,7 +89,7 @@ class Trainer:
         workdir, keep=config.train.keep_checkpoints
     )
     self.writer = metrics_lib.MetricWriter(workdir)
-    self.state = curriculum_lib.Curriculum(config)
+    self.state = curriculum_lib.LoopState(config)
     self.start = 0
     restored = checkpoints.restore_latest(
         self.manager, checkpoints.abstract_like(self.engine.state)

@@ -101,7 +101,7 @@ def _trainer(config, engine=None):
   t.config = config
   t.workdir = "/nonexistent"
   t.engine = engine or FakeEngine(config)
-  t.state = curriculum_lib.Curriculum(config)
+  t.state = curriculum_lib.LoopState(config)
   t.seeds = []
   t._pool_programs = None  # pylint: disable=protected-access
   t._warned_prompt_cut = False  # pylint: disable=protected-access
@@ -297,13 +297,13 @@ def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
 
 def test_delayed_designer_rows_survive_the_checkpoint():
   c = _config()
-  state = curriculum_lib.Curriculum(c)
+  state = curriculum_lib.LoopState(c)
   row = batching.Row([1, 2], [3], [-0.5], 0.25)
   assert state.delay_designer_rows(0, [row], delay=2) == []
   assert state.delay_designer_rows(1, [], delay=2) == []
   # The checkpoint keeps the loop state as JSON; a resume loads it.
   saved = json.loads(json.dumps(state.state()))
-  resumed = curriculum_lib.Curriculum(c)
+  resumed = curriculum_lib.LoopState(c)
   resumed.load(saved)
   assert resumed.delay_designer_rows(2, [], delay=2) == [row]
   assert state.delay_designer_rows(2, [], delay=2) == [row]
@@ -376,7 +376,7 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
   assert t.engine.updates[-1][1] == []  # no designer rows before the end
   # The window lives in the loop state: a checkpoint round trip keeps it.
   saved = json.loads(json.dumps(t.state.state()))
-  t.state = curriculum_lib.Curriculum(c)
+  t.state = curriculum_lib.LoopState(c)
   t.state.load(saved)
   m1 = t.iteration(1)
   (it0, pool0, hinted0), (it1, pool1, hinted1) = calls
