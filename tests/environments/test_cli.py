@@ -100,7 +100,10 @@ def test_check_text_output_and_success_status(tmp_path):
 
 
 def _check_json(paths, *flags):
-  proc = _run(["spade.environments.check", "--json", *flags, *paths])
+  # A generous deadline: the machine running the tests may be loaded.
+  proc = _run(
+      ["spade.environments.check", "--json", "--timeout", "120", *flags, *paths]
+  )
   return proc, [json.loads(l) for l in proc.stdout.splitlines()]
 
 

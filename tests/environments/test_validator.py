@@ -195,16 +195,23 @@ def test_reference_style_global_random_in_step_is_deterministic():
 
 
 def test_call_budget_comes_from_the_options():
-  # One step of ~0.3 s (wall clock, so a loaded machine cannot shorten it).
+  # A step that burns 0.3 s of CPU time on one of the reference's replies
+  # (CPU time, so that a loaded machine neither shortens nor stretches it).
   source = _with(
       "self.turn_count += 1",
-      "import time\n    t = time.monotonic()\n"
-      "    while time.monotonic() < t + 0.3:\n      pass\n"
-      "    self.turn_count += 1",
+      "import time\n    t = time.process_time()\n"
+      "    while action == '\\\\boxed{42}' and time.process_time() < t + 0.3:"
+      "\n      pass\n    self.turn_count += 1",
   )
-  slow = validator.validate_program(source, call_timeout_s=0.1)
-  assert slow["reason"] == "call_timeout" and "0.1 s" in slow["message"]
-  assert validator.validate_program(source, call_timeout_s=5.0)["valid"]
+  slow = validator.validate_program(
+      source, call_timeout_s=0.1, time_budget_s=120.0
+  )
+  assert slow["reason"] == "call_timeout", slow
+  assert "boxed{42}" in slow["message"] and "0.1 s" in slow["message"]
+  fine = validator.validate_program(
+      source, call_timeout_s=5.0, time_budget_s=120.0
+  )
+  assert fine["valid"], fine
 
 
 def test_output_cap_comes_from_the_options():
