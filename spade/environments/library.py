@@ -129,7 +129,7 @@ def solution_episode(source: str, seed: int) -> list[tuple[str, str]]:
     ValueError: the program has no list solution(), or it does not win.
   """
   cls = runtime.load_program(source, "<seed>")
-  env = cls()
+  env = runtime.instantiate(cls)
   obs, _ = env.reset(seed=seed)
   plan = env.solution() if callable(getattr(env, "solution", None)) else None
   if not isinstance(plan, (list, tuple)):
