@@ -7,8 +7,8 @@ activation, embedding scaling). There is no forked copy per family.
 Parameter sharing between the roles. Both roles run the same trunk, so these
 parameters are SHARED by the designer and the agent:
 
-  embedder/input_embedding, every layer_i/* (norms, attention projections,
-  q/k norms, MLP), final_norm/scale.
+  embedder/input_embedding, every layer (norms, attention projections, q/k
+  norms, MLP), final_norm/scale.
 
 Only the output layer is per role:
 
@@ -20,17 +20,42 @@ layer to the input embedding (the loaders read it); in this module the two
 heads are always separate parameters, initialised from the checkpoint's output
 layer when a checkpoint is loaded, and randomly in a scratch init.
 
-Every parameter carries logical axis names ("vocab", "embed", "heads",
-"kv_heads", "head_dim", "mlp"), listed once in `PARAM_AXES`; activations are
-constrained with ("batch", "length", ...) names. `spade.model.sharding` maps
-them onto a mesh with the rule table in `config.mesh.rules`.
+Layers run under `nn.scan`, so the program (and its compile time) does not
+grow with depth. Gemma 3 repeats a period of `global_every` layers (sliding,
+..., sliding, global), and a period is the scanned unit: layer g * P + j is
+`layers/block_j` at index g of the leading axis, P = `global_every` when
+`sliding_window` > 0 and 1 otherwise (every layer global, as in Qwen2). The
+num_layers % P layers after the last full period (all sliding) are the second
+stack, `tail/block_j`, scanned once. Every layer parameter thus has a leading
+"layers" axis:
 
-Decoding uses a KV cache made by `init_cache`: per layer the keys and values
-(RoPE already applied) and the position of each slot (-1 = empty). A global
-layer's cache holds the whole sequence; a sliding-window layer's cache is a
-ring buffer of `min(window, length)` slots, slot = time % size. Attention masks
-are computed from positions: a key is visible when its slot is filled, its
-position is <= the query's and, on a sliding layer, query - key < window.
+  layers/block_j/{attn/{q,k,v,o}_proj, attn/{q,k}_norm, mlp/{gate,up,down},
+                  pre_attention_norm, ...}        [num_layers // P, ...]
+  tail/block_j/...                                [1, ...]
+
+Loaders build one subtree per layer (`layer_0`, `layer_1`, ...) and end with
+`to_model_layout`, which stacks them; `to_per_layer_layout` undoes it. In the
+training forward each layer is rematerialised with the policy
+`config.model.remat` names (`REMAT_POLICIES`).
+
+Every parameter carries logical axis names ("layers", "vocab", "embed",
+"heads", "kv_heads", "head_dim", "mlp"), listed once in `PARAM_AXES`;
+activations are constrained with ("batch", "length", ...) names.
+`spade.model.sharding` maps them onto a mesh with the rule table in
+`config.mesh.rules`.
+
+Precision: `config.model.dtype` is the activations' and the KV cache's type;
+every matmul accumulates in float32 (`preferred_element_type`), and norms,
+RoPE, the MLP's activation, softmax, logits and log-probs are float32.
+`config.model.param_dtype` is the stored parameters' type.
+
+Decoding uses a KV cache made by `init_cache`, stacked like the parameters:
+per block the keys and values (RoPE already applied) and the position of each
+slot (-1 = empty), with the leading layer axis. A global layer's cache holds
+the whole sequence; a sliding-window layer's cache is a ring buffer of
+`min(window, length)` slots, slot = time % size. Attention masks are computed
+from positions: a key is visible when its slot is filled, its position is <=
+the query's and, on a sliding layer, query - key < window.
 """
 
 from __future__ import annotations
@@ -42,13 +67,14 @@ from typing import Any, Callable, Mapping
 
 import flax.linen as nn
 import jax
+from jax.ad_checkpoint import checkpoint_name
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 Array = jax.Array
 Params = Mapping[str, Any]
-Cache = dict[str, dict[str, Array]]
+Cache = dict[str, dict[str, dict[str, Array]]]
 
 # The mask value Gemma uses: finite, so a row with no visible key (a padding
 # query) gives a uniform softmax instead of NaN.
@@ -90,14 +116,46 @@ PARAM_AXES = {
     ("agent", "unembedding"): ("vocab", "embed"),
 }
 
+# The two stacks of scanned layers (see the module docstring).
+STACKS = ("layers", "tail")
+
 # Logical names of the KV cache entries.
-# k and v are [batch * kv_heads, slots, head_dim] (row b * kv_heads + j is
-# KV head j of row b); pos is [batch, slots].
+# k and v are [layers, batch * kv_heads, slots, head_dim] (row b * kv_heads + j
+# is KV head j of row b); pos is [layers, batch, slots].
 CACHE_AXES = {
-    "k": ("batch", "length", "head_dim"),
-    "v": ("batch", "length", "head_dim"),
-    "pos": ("batch", "length"),
+    "k": ("layers", "batch", "length", "head_dim"),
+    "v": ("layers", "batch", "length", "head_dim"),
+    "pos": ("layers", "batch", "length"),
 }
+
+# `config.model.remat`: what the backward pass keeps of each layer's forward
+# (MaxText's names). Names saved by the `save_*` policies are set with
+# `checkpoint_name` in the layers: query_proj, key_proj, value_proj (q, k, v
+# after their projections), context (attention output before o_proj),
+# out_proj, mlpwi (gate and up), mlpwo (down). "none" keeps everything (no
+# remat); "full" keeps only each layer's input; "minimal" keeps the outputs
+# of the weight matmuls.
+_QKV = ("query_proj", "key_proj", "value_proj")
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "save_dot_with_context_except_mlp": (
+        jax.checkpoint_policies.save_only_these_names(
+            *_QKV, "context", "out_proj"
+        )
+    ),
+    "save_dot_except_mlpwi": jax.checkpoint_policies.save_only_these_names(
+        *_QKV, "out_proj", "mlpwo"
+    ),
+    "save_dot_except_mlp": jax.checkpoint_policies.save_only_these_names(
+        *_QKV, "out_proj"
+    ),
+    "save_qkv_proj": jax.checkpoint_policies.save_only_these_names(*_QKV),
+    "save_out_proj": jax.checkpoint_policies.save_only_these_names("out_proj"),
+}
+# Other spellings accepted for the same policies.
+_REMAT_ALIASES = {"save_dots_except_mlp": "save_dot_except_mlp"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +184,7 @@ class ModelConfig:
   max_len: int = 1024
   dtype: str = "float32"
   param_dtype: str = "float32"
-  remat: bool = False
+  remat: str = "none"
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":
@@ -142,7 +200,37 @@ class ModelConfig:
           f"unknown model config keys {unknown}; the known keys are the fields"
           " of spade.model.transformer.ModelConfig"
       )
-    return cls(**dict(model_config))
+    values = dict(model_config)
+    remat = values.get("remat", "none")
+    if isinstance(remat, bool):  # the older boolean form of the key
+      remat = "full" if remat else "none"
+    remat = _REMAT_ALIASES.get(remat, remat)
+    if remat not in REMAT_POLICIES:
+      raise ValueError(
+          f"config.model.remat={remat!r} is not one of"
+          f" {sorted(REMAT_POLICIES)}"
+      )
+    values["remat"] = remat
+    return cls(**values)
+
+  @property
+  def period(self) -> int:
+    """Layers per scanned block: `global_every` with sliding layers, else 1."""
+    return self.global_every if self.sliding_window else 1
+
+  def stacks(self) -> list[tuple[str, int, int, int]]:
+    """The scanned stacks: (name, first layer, length, layers per block).
+
+    Layer `first + g * size + j` is block j at index g of stack `name`.
+    """
+    p = self.period
+    full, rest = divmod(self.num_layers, p)
+    out = []
+    if full:
+      out.append((STACKS[0], 0, full, p))
+    if rest:
+      out.append((STACKS[1], full * p, 1, rest))
+    return out
 
   def is_global(self, layer: int) -> bool:
     """Whether layer `layer` attends globally (else over the sliding window)."""
@@ -355,10 +443,13 @@ class Linear(nn.Module):
         pdt,
     )
     dtype = jnp.dtype(self.cfg.dtype)
+    # Float32 accumulation whatever the activations' type; one rounding to
+    # `dtype` at the end.
     y = jax.lax.dot_general(
         x.astype(dtype),
         kernel.astype(dtype),
         ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
+        preferred_element_type=jnp.float32,
     )
     if self.use_bias:
       bias = self.param(
@@ -367,8 +458,8 @@ class Linear(nn.Module):
           tuple(self.features),
           pdt,
       )
-      y = y + bias.astype(dtype)
-    return y
+      y = y + bias.astype(jnp.float32)
+    return y.astype(dtype)
 
 
 def _proj(
@@ -429,11 +520,60 @@ def _write_cache(
   }
 
 
+def _write_stacked(
+    cache: dict[str, Array],
+    index: Array,
+    k: Array,
+    v: Array,
+    pos: Array,
+    cache_index: Array,
+) -> dict[str, Array]:
+  """`_write_cache` on layer `index` of a stacked cache ([layers, ...]).
+
+  A one-token step writes its slot straight into the stacked buffers, so the
+  decode loop updates them in place instead of rewriting a layer's buffer.
+  """
+  new = {"k": k, "v": v, "pos": pos}
+  if k.shape[1] == 1:
+    slot = cache_index % cache["pos"].shape[-1]
+    zero = jnp.zeros((), jnp.int32)
+    return {
+        name: jax.lax.dynamic_update_slice(
+            cache[name],
+            new[name][None].astype(cache[name].dtype),
+            (index, zero, slot) + (zero,) * (cache[name].ndim - 3),
+        )
+        for name in new
+    }
+  layer = _layer_view(cache, index)
+  written = _write_cache(layer, k, v, pos, cache_index)
+  return {
+      name: jax.lax.dynamic_update_index_in_dim(
+          cache[name], written[name], index, 0
+      )
+      for name in new
+  }
+
+
+def _layer_view(cache: dict[str, Array], index: Array) -> dict[str, Array]:
+  """Layer `index` of a stacked cache."""
+  return {
+      name: jax.lax.dynamic_index_in_dim(value, index, 0, keepdims=False)
+      for name, value in cache.items()
+  }
+
+
 class Attention(nn.Module):
-  """GQA with optional q/k norm and q/k/v biases, RoPE, sliding window."""
+  """GQA with optional q/k norm and q/k/v biases, RoPE, sliding window.
+
+  Attributes:
+    cfg: the model config.
+    is_global: attend over the whole sequence (else over the sliding window),
+      with the global RoPE base (else the local one).
+  """
 
   cfg: ModelConfig
-  layer: int
+  is_global: bool
 
   @nn.compact
   def __call__(
@@ -443,12 +583,17 @@ class Attention(nn.Module):
       key_pos: Array,
       cache: dict[str, Array] | None,
       cache_index: Array | None,
+      index: Array | None,
   ) -> tuple[Array, dict[str, Array] | None]:
     cfg = self.cfg
     n, kv, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    dtype = jnp.dtype(cfg.dtype)
     q = _proj("q_proj", (n, h), 1, cfg, cfg.qkv_bias)(x)
     k = _proj("k_proj", (kv, h), 1, cfg, cfg.qkv_bias)(x)
     v = _proj("v_proj", (kv, h), 1, cfg, cfg.qkv_bias)(x)
+    q = checkpoint_name(q, "query_proj")
+    k = checkpoint_name(k, "key_proj")
+    v = checkpoint_name(v, "value_proj")
     q = _constrain(q, "batch", "length", "heads", "head_dim")
     k = _constrain(k, "batch", "length", "kv_heads", "head_dim")
     v = _constrain(v, "batch", "length", "kv_heads", "head_dim")
@@ -456,13 +601,16 @@ class Attention(nn.Module):
       pdt = jnp.dtype(cfg.param_dtype)
       q = RMSNorm(cfg.norm_eps, pdt, "q_norm", name="q_norm")(q)
       k = RMSNorm(cfg.norm_eps, pdt, "k_norm", name="k_norm")(k)
-    base = cfg.rope_base(self.layer)
-    q = apply_rope(q, positions, base)
-    k = apply_rope(k, positions, base)
+    if self.is_global:
+      base, window = cfg.rope_global_base, 0
+    else:
+      base, window = cfg.rope_local_base, cfg.sliding_window
     scale = (cfg.query_scale if cfg.query_scale > 0 else h) ** -0.5
-    q = q * jnp.asarray(scale, q.dtype)
+    # RoPE and the query scale in float32, one rounding to `dtype` after.
+    q32 = apply_rope(q.astype(jnp.float32), positions, base)
+    q = (q32 * jnp.float32(scale)).astype(dtype)
+    k = apply_rope(k.astype(jnp.float32), positions, base).astype(dtype)
 
-    window = cfg.window(self.layer)
     b, length = q.shape[:2]
     g = n // kv
     # Attention runs on [batch * kv_heads, ...] operands: the cache is stored
@@ -478,7 +626,7 @@ class Attention(nn.Module):
       logits = jnp.einsum(
           "xqh,xsh->xqs",
           qf,
-          keys.astype(q.dtype),
+          keys.astype(dtype),
           preferred_element_type=jnp.float32,
       )
       qp = positions[:, :, None]
@@ -501,26 +649,34 @@ class Attention(nn.Module):
       # overwrites a slot that has left the window, and a global buffer never
       # wraps. (Reading the old buffer and then updating it makes XLA copy
       # the cache every step.)
-      new_cache = _write_cache(cache, kf, vf, key_pos, cache_index)
-      parts = [(new_cache["k"], new_cache["v"], new_cache["pos"])]
+      new_cache = _write_stacked(cache, index, kf, vf, key_pos, cache_index)
+      layer = _layer_view(new_cache, index)
+      parts = [(layer["k"], layer["v"], layer["pos"])]
     else:
       # A chunk on a ring buffer can overwrite keys its own earlier queries
       # still need: attend over the old cache plus the chunk, then write.
-      parts = [(cache["k"], cache["v"], cache["pos"]), (kf, vf, key_pos)]
-      new_cache = _write_cache(cache, kf, vf, key_pos, cache_index)
+      layer = _layer_view(cache, index)
+      parts = [(layer["k"], layer["v"], layer["pos"]), (kf, vf, key_pos)]
+      new_cache = _write_stacked(cache, index, kf, vf, key_pos, cache_index)
     logits = jnp.concatenate([scores(kk, pp) for kk, _, pp in parts], -1)
     probs = jax.nn.softmax(logits, axis=-1)
     out, offset = 0.0, 0
     for kk, vv, _ in parts:
       size = kk.shape[1]
-      p = probs[..., offset : offset + size].astype(q.dtype)
-      out = out + jnp.einsum("xqs,xsh->xqh", p, vv.astype(q.dtype))
+      p = probs[..., offset : offset + size].astype(dtype)
+      out = out + jnp.einsum(
+          "xqs,xsh->xqh",
+          p,
+          vv.astype(dtype),
+          preferred_element_type=jnp.float32,
+      )
       offset += size
-    out = out.reshape(b, kv, g, length, h).transpose(0, 3, 1, 2, 4)
-    out = out.reshape(b, length, n, h)
+    out = out.astype(dtype).reshape(b, kv, g, length, h)
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, length, n, h)
     out = _constrain(out, "batch", "length", "heads", "head_dim")
+    out = checkpoint_name(out, "context")
     y = _proj("o_proj", cfg.embed_dim, 2, cfg)(out)
-    return y, new_cache
+    return checkpoint_name(y, "out_proj"), new_cache
 
 
 class MLP(nn.Module):
@@ -531,29 +687,32 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.cfg
-    gate = _proj("gate", cfg.mlp_dim, 1, cfg)(x)
-    up = _proj("up", cfg.mlp_dim, 1, cfg)(x)
+    gate = checkpoint_name(_proj("gate", cfg.mlp_dim, 1, cfg)(x), "mlpwi")
+    up = checkpoint_name(_proj("up", cfg.mlp_dim, 1, cfg)(x), "mlpwi")
+    gate32 = gate.astype(jnp.float32)
     if cfg.mlp_activation == "gelu":
-      act = nn.gelu(gate, approximate=True)
+      act = nn.gelu(gate32, approximate=True)
     elif cfg.mlp_activation == "silu":
-      act = nn.silu(gate)
+      act = nn.silu(gate32)
     else:
       raise ValueError(
           f"config.model.mlp_activation={cfg.mlp_activation!r}: use 'gelu' or"
           " 'silu'"
       )
-    hidden = _constrain(act * up, "batch", "length", "mlp")
-    return _proj("down", cfg.embed_dim, 1, cfg)(hidden)
+    hidden = (act * up.astype(jnp.float32)).astype(gate.dtype)
+    hidden = _constrain(hidden, "batch", "length", "mlp")
+    y = _proj("down", cfg.embed_dim, 1, cfg)(hidden)
+    return checkpoint_name(y, "mlpwo")
 
 
 class Block(nn.Module):
   """One decoder layer; post norms only for the Gemma family."""
 
   cfg: ModelConfig
-  layer: int
+  is_global: bool
 
   @nn.compact
-  def __call__(self, x, positions, key_pos, cache, cache_index):
+  def __call__(self, x, positions, key_pos, cache, cache_index, index):
     cfg = self.cfg
     pdt = jnp.dtype(cfg.param_dtype)
     gemma = cfg.family == "gemma3"
@@ -561,8 +720,13 @@ class Block(nn.Module):
     def norm(name):
       return RMSNorm(cfg.norm_eps, pdt, name, name=name)
 
-    y, new_cache = Attention(cfg, self.layer, name="attn")(
-        norm("pre_attention_norm")(x), positions, key_pos, cache, cache_index
+    y, new_cache = Attention(cfg, self.is_global, name="attn")(
+        norm("pre_attention_norm")(x),
+        positions,
+        key_pos,
+        cache,
+        cache_index,
+        index,
     )
     if gemma:
       y = norm("post_attention_norm")(y)
@@ -572,6 +736,61 @@ class Block(nn.Module):
       y = norm("post_ffw_norm")(y)
     x = _constrain(x + y, "batch", "length", "embed")
     return x, new_cache
+
+
+class _Group(nn.Module):
+  """One scanned step: `len(kinds)` consecutive layers (block_0, block_1, ...).
+
+  Attributes:
+    cfg: the model config.
+    kinds: per block, whether it is a global layer (static).
+    remat: rematerialise each block with `REMAT_POLICIES[cfg.remat]`.
+  """
+
+  cfg: ModelConfig
+  kinds: tuple[bool, ...]
+  remat: bool
+
+  @nn.compact
+  def __call__(self, carry, index, positions, key_pos, cache_index):
+    x, cache = carry
+    block = Block
+    if self.remat:
+      # Inside a scan XLA cannot merge the recomputation with the forward
+      # anyway, so CSE prevention would only cost.
+      block = nn.remat(
+          Block, policy=REMAT_POLICIES[self.cfg.remat], prevent_cse=False
+      )
+    new_cache = None if cache is None else dict(cache)
+    for j, is_global in enumerate(self.kinds):
+      name = f"block_{j}"
+      x, layer_cache = block(self.cfg, is_global, name=name)(
+          x,
+          positions,
+          key_pos,
+          None if cache is None else cache[name],
+          cache_index,
+          index,
+      )
+      if cache is not None:
+        new_cache[name] = layer_cache
+    return (x, new_cache), None
+
+
+def _stack(
+    cfg: ModelConfig, name: str, first: int, length: int, size: int, remat
+) -> nn.Module:
+  """One `nn.scan` over `length` groups of `size` layers, params stacked."""
+  kinds = tuple(cfg.is_global(first + j) for j in range(size))
+  scanned = nn.scan(
+      _Group,
+      variable_axes={"params": 0},
+      split_rngs={"params": True},
+      in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+      length=length,
+      metadata_params={nn.PARTITION_NAME: "layers"},
+  )
+  return scanned(cfg, kinds, remat, name=name)
 
 
 class Transformer(nn.Module):
@@ -644,21 +863,21 @@ class Transformer(nn.Module):
     x = _constrain(x, "batch", "length", "embed")
 
     new_cache = {} if cache is not None else None
-    # Training (no cache) can keep only each layer's input and recompute its
-    # insides in the backward pass: attention scores and MLP activations of
-    # every layer at once do not fit a real model's update in host memory.
-    block = nn.remat(Block) if cfg.remat and cache is None else Block
-    for i in range(cfg.num_layers):
-      name = f"layer_{i}"
-      x, layer_cache = block(cfg, i, name=name)(
-          x,
+    # Training (no cache) can keep only what the remat policy saves of each
+    # layer and recompute the rest in the backward pass: attention scores
+    # and MLP activations of every layer at once do not fit a real model's
+    # update in host memory.
+    remat = cfg.remat != "none" and cache is None
+    for name, first, length, size in cfg.stacks():
+      (x, stack_cache), _ = _stack(cfg, name, first, length, size, remat)(
+          (x, None if cache is None else cache[name]),
+          jnp.arange(length, dtype=jnp.int32),
           positions,
           key_pos,
-          None if cache is None else cache[name],
           cache_index,
       )
       if cache is not None:
-        new_cache[name] = layer_cache
+        new_cache[name] = stack_cache
     if last_only:
       x = x[:, -1:]
     x = RMSNorm(cfg.norm_eps, pdt, "final_norm", name="final_norm")(x)
@@ -788,7 +1007,8 @@ def param_logical_axes(params: Params) -> Any:
   """A tree like `params` of logical `PartitionSpec`s (from `PARAM_AXES`).
 
   Works on plain trees (the loaders' output), so checkpoint weights shard the
-  same way as a scratch init.
+  same way as a scratch init. Leaves of the scanned stacks (`STACKS`) lead
+  with the "layers" axis.
   """
 
   def axes(path, leaf):
@@ -800,6 +1020,8 @@ def param_logical_axes(params: Params) -> Any:
           f"{key} to spade.model.transformer.PARAM_AXES"
       )
     spec = PARAM_AXES[key]
+    if names[0] in STACKS:
+      spec = ("layers",) + spec
     if len(spec) != np.ndim(leaf):
       raise ValueError(
           f"parameter {'/'.join(names)} has shape {np.shape(leaf)} but its "
@@ -822,25 +1044,30 @@ def cache_sizes(model_config, length: int) -> list[int]:
 def init_cache(model_config, batch: int, length: int) -> Cache:
   """An empty KV cache for `batch` rows and `length` steps (prompt + new).
 
-  Returns {"layer_i": {"k", "v": [B * kv_heads, S_i, head_dim] in
-  `config.model.dtype`, "pos": int32[B, S_i] = -1}} with S_i = length for
-  global layers and min(window, length) for sliding ones. Inside a jit under a
-  mesh the entries are constrained to `CACHE_AXES` (batch-sharded).
+  Returns {stack: {"block_j": {"k", "v": [n, B * kv_heads, S_j, head_dim] in
+  `config.model.dtype`, "pos": int32[n, B, S_j] = -1}}}, stacked like the
+  parameters (n groups in the stack), with S_j = length for global layers and
+  min(window, length) for sliding ones. Inside a jit under a mesh the entries
+  are constrained to `CACHE_AXES` (batch-sharded).
   """
   cfg = ModelConfig.from_config(model_config)
   dtype = jnp.dtype(cfg.dtype)
+  sizes = cache_sizes(cfg, length)
   cache = {}
-  for i, size in enumerate(cache_sizes(cfg, length)):
-    shape = (batch * cfg.num_kv_heads, size, cfg.head_dim)
-    layer = {
-        "k": jnp.zeros(shape, dtype),
-        "v": jnp.zeros(shape, dtype),
-        "pos": jnp.full((batch, size), -1, jnp.int32),
-    }
-    cache[f"layer_{i}"] = {
-        name: _constrain(value, *CACHE_AXES[name])
-        for name, value in layer.items()
-    }
+  for name, first, groups, size in cfg.stacks():
+    cache[name] = {}
+    for j in range(size):
+      slots = sizes[first + j]
+      shape = (groups, batch * cfg.num_kv_heads, slots, cfg.head_dim)
+      block = {
+          "k": jnp.zeros(shape, dtype),
+          "v": jnp.zeros(shape, dtype),
+          "pos": jnp.full((groups, batch, slots), -1, jnp.int32),
+      }
+      cache[name][f"block_{j}"] = {
+          key: _constrain(value, *CACHE_AXES[key])
+          for key, value in block.items()
+      }
   return cache
 
 
@@ -874,14 +1101,58 @@ def sampling_fns(model_config, role: Role):
   return tokens_to_logits, make_cache
 
 
+def _stack_leaves(*leaves):
+  if all(isinstance(x, np.ndarray) for x in leaves):
+    return np.stack(leaves)  # host arrays stay on the host
+  return jnp.stack(leaves)
+
+
 def to_model_layout(params: Params, model_config) -> dict[str, Any]:
-  """Turns a per-layer parameter tree into the model's own layout.
+  """Turns a per-layer parameter tree into the model's own (stacked) layout.
 
   Loaders build the tree with one subtree per layer (`layer_0`, `layer_1`,
   ... next to `embedder`, `final_norm` and `heads`, named as in
   `spade.model.checkpoints`) and call this last; it returns the tree that
-  `Transformer` takes. A tree already in the model's layout is returned as
-  is.
+  `Transformer` takes: layer g * P + j becomes index g of `layers/block_j`
+  (see the module docstring). numpy leaves are stacked with numpy (the result
+  stays on the host), others with `jnp.stack`. A tree already in the model's
+  layout (no `layer_i` keys) is returned as is.
+
+  Raises:
+    ValueError: the tree's layers are not exactly `config.model.num_layers`.
   """
-  del model_config
-  return dict(params)
+  cfg = ModelConfig.from_config(model_config)
+  layer_keys = {k for k in params if k.startswith("layer_")}
+  if not layer_keys:
+    return dict(params)
+  want = {f"layer_{i}" for i in range(cfg.num_layers)}
+  if layer_keys != want:
+    raise ValueError(
+        f"the per-layer tree has {sorted(layer_keys)}, but"
+        f" config.model.num_layers={cfg.num_layers} needs layer_0 .."
+        f" layer_{cfg.num_layers - 1}"
+    )
+  out = {k: v for k, v in params.items() if k not in layer_keys}
+  for name, first, groups, size in cfg.stacks():
+    out[name] = {
+        f"block_{j}": jax.tree.map(
+            _stack_leaves,
+            *[params[f"layer_{first + g * size + j}"] for g in range(groups)],
+        )
+        for j in range(size)
+    }
+  return out
+
+
+def to_per_layer_layout(params: Params, model_config) -> dict[str, Any]:
+  """The inverse of `to_model_layout`: one `layer_i` subtree per layer."""
+  cfg = ModelConfig.from_config(model_config)
+  out = {k: v for k, v in params.items() if k not in STACKS}
+  for name, first, groups, size in cfg.stacks():
+    for j in range(size):
+      block = params[name][f"block_{j}"]
+      for g in range(groups):
+        out[f"layer_{first + g * size + j}"] = jax.tree.map(
+            lambda x, g=g: x[g], block
+        )
+  return out
