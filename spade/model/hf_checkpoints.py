@@ -480,29 +480,103 @@ def _shardings_for(tree, mesh, rules):
   return sharding_lib.fitted_param_shardings(tree, mesh, rules)
 
 
-def _place(
-    value: np.ndarray,
-    keys: tuple[str, ...],
-    dtype,
-    mesh,
-    rules,
-    *,
-    plus_one: bool = False,
-) -> jax.Array:
-  """One tensor (a lazy view in our layout) on the mesh, shard by shard."""
+@dataclasses.dataclass(frozen=True)
+class _Lazy:
+  """A tensor not read yet: a memory-mapped view in our layout."""
 
-  def convert(block):
-    block = np.asarray(block, np.float32)
-    if plus_one:
+  view: np.ndarray
+  plus_one: bool = False  # Gemma's stored norm w, the model's scale 1 + w
+
+  def read(self, index, dtype) -> np.ndarray:
+    """Converts the block `view[index]` only."""
+    block = np.asarray(self.view[index], np.float32)
+    if self.plus_one:
       block = block + np.float32(1.0)
+    # Always an owned copy: on CPU a device array may alias its numpy source,
+    # and the mapped file is read-only and may be replaced.
     return block.astype(dtype)
 
+
+def _layout_plan(tree: dict[str, Any], model_config) -> Any:
+  """For each leaf of the model's layout, the per-layer leaves it stacks.
+
+  Runs `transformer.to_model_layout` on a probe whose leaves are their own
+  indices, so the loader follows whatever layout the model has (stacked or
+  not) without a copy of the stacking rules.
+
+  Returns:
+    (the model-layout tree with a list of leaf indices per leaf, the flat
+    per-layer leaves). A one-element list is a leaf taken as is; longer
+    lists stack along a new leading axis.
+  """
+  leaves, treedef = jax.tree.flatten(tree)
+  probe = jax.tree.unflatten(
+      treedef, [np.array([i], np.int64) for i in range(len(leaves))]
+  )
+  out = transformer.to_model_layout(probe, model_config)
+
+  def sources(ids):
+    ids = np.asarray(ids)
+    if ids.shape == (1,):
+      return [int(ids[0])]
+    if ids.ndim != 2 or ids.shape[1] != 1:
+      raise ValueError(
+          f"transformer.to_model_layout gave a leaf of shape {ids.shape} for"
+          " one-element leaves; the loader only follows stacking along a new"
+          " leading axis."
+      )
+    return [int(i) for i in ids[:, 0]]
+
+  return jax.tree.map(sources, out), leaves
+
+
+def _materialize(tree: dict[str, Any], model_config, mesh, rules):
+  """Reads a tree of `_Lazy` leaves into the model's layout, placed.
+
+  Each leaf of the model's layout (a stack of layers, or one tensor) is
+  built on the mesh by `jax.make_array_from_callback`: every device reads
+  and converts only its own block of the memory-mapped tensors, so no host
+  holds a converted copy of more than one stacked leaf (none at all with a
+  mesh).
+  """
+  dtype = jnp.dtype(
+      transformer.ModelConfig.from_config(model_config).param_dtype
+  )
+  plan, leaves = _layout_plan(tree, model_config)
+
+  def shape(ids):
+    first = leaves[ids[0]].view.shape
+    for i in ids:
+      if leaves[i].view.shape != first:
+        raise CheckpointFileError(
+            f"layers stacked together have shapes {first} and "
+            f"{leaves[i].view.shape}"
+        )
+    return first if len(ids) == 1 else (len(ids),) + tuple(first)
+
+  is_plan = lambda x: isinstance(x, list)
+  abstract = jax.tree.map(
+      lambda ids: jax.ShapeDtypeStruct(shape(ids), dtype), plan, is_leaf=is_plan
+  )
+
+  def read(ids, index):
+    if len(ids) == 1:
+      return leaves[ids[0]].read(index, dtype)
+    picked = range(len(ids))[index[0]]
+    return np.stack([leaves[ids[g]].read(index[1:], dtype) for g in picked])
+
   if mesh is None:
-    return jax.device_put(convert(value))
-  module, name = keys[-2:]
-  sharding = _shardings_for({module: {name: value}}, mesh, rules)[module][name]
-  return jax.make_array_from_callback(
-      value.shape, sharding, lambda index: convert(value[index])
+    full = lambda ids, spec: jax.device_put(read(ids, (slice(None), ...)))
+    return jax.tree.map(full, plan, abstract, is_leaf=is_plan)
+  shardings = _shardings_for(abstract, mesh, rules)
+  return jax.tree.map(
+      lambda ids, spec, sharding: jax.make_array_from_callback(
+          spec.shape, sharding, lambda index: read(ids, index)
+      ),
+      plan,
+      abstract,
+      shardings,
+      is_leaf=is_plan,
   )
 
 
@@ -570,27 +644,21 @@ def _layer_entry(rest: str, value: np.ndarray, cfg: transformer.ModelConfig):
   )
 
 
-def hf_tree(
-    path: str, model_config, mesh=None, rules=()
-) -> tuple[dict[str, Any], np.ndarray]:
-  """The per-layer parameter tree of a Hugging Face directory, placed.
+def hf_tree(path: str, model_config) -> tuple[dict[str, Any], np.ndarray]:
+  """The per-layer tree of a Hugging Face directory, not read yet.
 
   Args:
     path: the model directory.
     model_config: `config.model`; checked against `config.json`.
-    mesh: place every tensor on this mesh (`spade.model.sharding`), or None
-      for the default device.
-    rules: `config.mesh.rules`, with `mesh`.
 
   Returns:
-    (the tree with `embedder`, `layer_N` and `final_norm` but no `heads`,
-    the output layer as an unplaced memory-mapped view: `lm_head`, or the
-    input embedding when the checkpoint ties them).
+    (the tree with `embedder`, `layer_N` and `final_norm` but no `heads`, of
+    `_Lazy` leaves; the output layer as a memory-mapped view: `lm_head`, or
+    the input embedding when the checkpoint ties them).
   """
   cfg = transformer.ModelConfig.from_config(model_config)
   derived = model_config_from_hf(read_hf_config(path), path)
   check_model_config(derived, cfg, path)
-  dtype = jnp.dtype(cfg.param_dtype)
   gemma = cfg.family == "gemma3"
   tree: dict[str, Any] = {}
   embedding = lm_head = None
@@ -637,9 +705,7 @@ def hf_tree(
             f"{file}: tensor {name} has shape {list(value.shape)}, expected"
             f" {list(expected)} from config.model."
         )
-      _set(
-          tree, keys, _place(value, keys, dtype, mesh, rules, plus_one=plus_one)
-      )
+      _set(tree, keys, _Lazy(value, plus_one))
   _check_complete(tree, cfg, path, embedding)
   output = lm_head if lm_head is not None else embedding
   if tuple(output.shape) != (cfg.vocab_size, cfg.embed_dim):
@@ -678,17 +744,14 @@ def _check_complete(tree, cfg, path, embedding) -> None:
     )
 
 
-def _finish(tree, heads: tuple[Any, Any], model_config, mesh, rules):
-  """Adds both heads and returns the model's layout, placed on the mesh."""
-  designer, agent = heads
+def _with_heads(tree: dict[str, Any], output: np.ndarray) -> dict[str, Any]:
+  # Two reads of one view: separate buffers, so a donating update never sees
+  # one buffer twice.
   tree["heads"] = {
-      "designer": {"unembedding": designer},
-      "agent": {"unembedding": agent},
+      "designer": {"unembedding": _Lazy(output)},
+      "agent": {"unembedding": _Lazy(output)},
   }
-  params = transformer.to_model_layout(tree, model_config)
-  if mesh is not None:
-    params = jax.device_put(params, _shardings_for(params, mesh, rules))
-  return params
+  return tree
 
 
 def hf_params(path: str, model_config, mesh=None, rules=()) -> dict[str, Any]:
@@ -706,13 +769,8 @@ def hf_params(path: str, model_config, mesh=None, rules=()) -> dict[str, Any]:
     `config.model.param_dtype`; both heads are separate arrays equal to the
     checkpoint's output layer.
   """
-  tree, output = hf_tree(path, model_config, mesh, rules)
-  dtype = jnp.dtype(
-      transformer.ModelConfig.from_config(model_config).param_dtype
-  )
-  keys = ("heads", "designer", "unembedding")
-  heads = tuple(_place(output, keys, dtype, mesh, rules) for _ in range(2))
-  return _finish(tree, heads, model_config, mesh, rules)
+  tree, output = hf_tree(path, model_config)
+  return _materialize(_with_heads(tree, output), model_config, mesh, rules)
 
 
 # ---------------------------------------------------------------------------
@@ -833,21 +891,14 @@ def _gguf_content(path: str, config) -> dict[str, np.ndarray]:
 
 def _place_content(content: dict[str, np.ndarray], model_config, mesh, rules):
   """Places a flat content dict tensor by tensor; returns the parameters."""
-  dtype = jnp.dtype(
-      transformer.ModelConfig.from_config(model_config).param_dtype
-  )
-  tree: dict[str, Any] = {}
   output = content.get(
       "heads/designer/unembedding", content["embedder/input_embedding"]
   )
-  head_keys = ("heads", "designer", "unembedding")
-  # Separate buffers: a donating update must never see one buffer twice.
-  heads = tuple(_place(output, head_keys, dtype, mesh, rules) for _ in range(2))
+  tree: dict[str, Any] = {}
   for name, value in content.items():
-    keys = tuple(name.split("/"))
-    if keys != head_keys:
-      _set(tree, keys, _place(value, keys, dtype, mesh, rules))
-  return _finish(tree, heads, model_config, mesh, rules)
+    if name != "heads/designer/unembedding":
+      _set(tree, tuple(name.split("/")), _Lazy(value))
+  return _materialize(_with_heads(tree, output), model_config, mesh, rules)
 
 
 def cached_gguf_params(config, path: str, mesh=None, rules=()) -> Any:
