@@ -92,16 +92,16 @@ def truncate_messages(
   """Renders messages to at most `max_tokens` prompt tokens: THE rule.
 
   Every prompt the agent samples from goes through here, with
-  `max_tokens = agent_prompt_budget(config)`, and the trainer scores the
+  `max_tokens = prompt_budget(...)`, and the trainer scores the
   reply in exactly the ids returned, so nothing downstream cuts again.
 
   The rule: the system message and the first user turn (the task and the
   hint) are kept; whole exchanges (an assistant reply and the tool/user
   messages after it) are dropped oldest first until the prompt fits. If the
   system message and first turn alone do not fit, the first observation's
-  text is shortened (its beginning and the hint are kept); the rendered
-  prompt is never cut from the left, so BOS, the system message and the
-  task survive.
+  text is shortened (its beginning and the hint are kept), then the system
+  message's; the rendered prompt is never cut from the left, so BOS, the
+  chat format and the hint survive.
 
   Args:
     messages: output of `episode_messages` / `history_messages`.
@@ -115,7 +115,9 @@ def truncate_messages(
   Raises:
     ValueError: when even a 1-character task does not fit the budget.
   """
-  head, tail = messages[:2], messages[2:]
+  # The head: the system message when there is one, and the first user turn.
+  n = 2 if messages and messages[0]["role"] == "system" else 1
+  head, tail = messages[:n], messages[n:]
   ids = render(head + tail)
   while len(ids) > max_tokens and tail:
     tail = tail[1:]
@@ -124,7 +126,7 @@ def truncate_messages(
     ids = render(head + tail)
   if len(ids) <= max_tokens:
     return ids
-  system, first = head
+  system, first = head[:-1], head[-1]
   content = first["content"]
   hint_at = content.rfind("\n\nHint: ")
   task, hint = (
@@ -132,12 +134,18 @@ def truncate_messages(
   )
   while len(ids) > max_tokens and task:
     task = task[: len(task) // 2]
-    ids = render([system, {"role": "user", "content": task + hint}])
+    ids = render(system + [{"role": "user", "content": task + hint}])
+  # A system message longer than the budget (an evaluation's tool list on a
+  # byte-level model): its end goes, its beginning stays.
+  while len(ids) > max_tokens and system and system[0]["content"]:
+    text = system[0]["content"]
+    system = [dict(system[0], content=text[: len(text) // 2])]
+    ids = render(system + [{"role": "user", "content": task + hint}])
   if len(ids) > max_tokens:
     raise ValueError(
-        f"the agent's system message and hint alone take {len(ids)} tokens,"
-        f" over the prompt budget of {max_tokens}; raise model.max_len or"
-        " lower agent.max_new_tokens"
+        f"the chat format and hint alone take {len(ids)} tokens, over the"
+        f" prompt budget of {max_tokens}; raise model.max_len or lower"
+        " agent.max_new_tokens"
     )
   return ids
 
