@@ -380,11 +380,15 @@ def run_episodes(
     return prompts, outs
 
   def plan(i, text):
-    """The reply's tool calls, or None when it is an action for step()."""
-    if not live[i].tools or "<answer>" in text:
+    """The reply's tool calls, or None when it is an action for step().
+
+    The reference's rule, shared with validation's solution replay
+    (`tool_calls.reply_actions`).
+    """
+    actions = tool_calls.reply_actions(text, live[i].tools)
+    if actions[0][0] == "step":
       return None
-    calls = tool_calls.parse_tool_calls(text)
-    return calls or None
+    return [call for _, call in actions]
 
   def execute(ids, outs):
     start = time.perf_counter()
