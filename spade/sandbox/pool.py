@@ -90,7 +90,8 @@ class SandboxError(Exception):
 
   Attributes:
     reason: a short code ("not_installed", "start", "timeout", "crash",
-      "closed", "sandbox_lost", "exception", a validator/loader reason, ...).
+      "call_timeout", "output_too_large", "closed", "sandbox_lost",
+      "exception", a validator/loader reason, ...).
     message: what happened and what to do.
   """
 
@@ -943,7 +944,7 @@ class SandboxPool:
     Returns, in order, {"ok": True, "handle", "obs", "info", "calls": {name:
     {"ok", "value"} or {"ok": False, "reason", "message"}}} or {"ok": False,
     "reason", "message"} for a program that did not load or reset; one
-    failure never affects the others.
+    program's failure never affects another's episodes.
     """
     with self._lock:
       self._check_open()
@@ -1040,8 +1041,11 @@ class SandboxPool:
     """Steps many environments at once: one request per sandbox.
 
     Returns, in order, {"ok": True, "obs", "reward", "terminated",
-    "truncated", "info"} or {"ok": False, "reason", "message"}; a failure of
-    one environment never affects the others' results.
+    "truncated", "info"} or {"ok": False, "reason", "message"}. A step past
+    `call_timeout_s` or over the output cap ends its episode ("call_timeout",
+    "output_too_large"); an exception fails that step only; a crash of a
+    program's process ends that program's episodes; other programs'
+    episodes are never affected.
     """
     with self._lock:
       self._check_open()
