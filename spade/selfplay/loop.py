@@ -179,8 +179,7 @@ class Trainer:
       new_codes = [extract.extract_code(text) for _, _, text in outs]
       t = time.perf_counter()
       new_verdicts = [
-          _required(records.Verdict.from_dict(v), c)
-          for v in self.engine.validate(new_codes)
+          records.Verdict.from_dict(v) for v in self.engine.validate(new_codes)
       ]
       timer["sandbox"] += time.perf_counter() - t
       for i, out, code, verdict in zip(todo, outs, new_codes, new_verdicts):
@@ -357,8 +356,7 @@ class Trainer:
       with open(path) as f:
         sources.append(f.read())
     verdicts = [
-        _required(records.Verdict.from_dict(v), c)
-        for v in self.engine.validate(sources)
+        records.Verdict.from_dict(v) for v in self.engine.validate(sources)
     ]
     pool = []
     for path, source, verdict in zip(paths, sources, verdicts):
@@ -849,22 +847,6 @@ def _arm_mean(scores: records.Scores, e: int, h: int) -> float | None:
   """Mean return of environment e's arm h over its unmasked episodes."""
   m = scores.mask[e, :, h]
   return float(scores.returns[e, :, h][m].mean()) if m.any() else None
-
-
-def _required(
-    verdict: records.Verdict, config: ml_collections.ConfigDict
-) -> records.Verdict:
-  """The verdict, invalid when it lacks a property the config requires."""
-  require = tuple(config.get("environments", {}).get("require", ()) or ())
-  if not verdict.valid:
-    return verdict
-  for prop in require:
-    if not verdict.properties.get(prop, False):
-      return verdict.rejected(
-          f"requires_{prop}",
-          f"environments.require has {prop!r} and the program lacks it",
-      )
-  return verdict
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:

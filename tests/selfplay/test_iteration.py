@@ -147,20 +147,6 @@ def test_designs_are_frozen_records():
     raise AssertionError("a Verdict must be frozen")
 
 
-def test_required_properties_reject_a_program_that_lacks_them():
-  c = _config()
-  c.environments.require = ("deterministic",)
-  verdict = {
-      "valid": True,
-      "reason": "ok",
-      "properties": {"deterministic": False},
-  }
-  t = _trainer(c, FakeEngine(c, verdict))
-  designs, _ = t.design(0, _timer())
-  assert not any(d.valid for d in designs)
-  assert designs[0].verdict.reason == "requires_deterministic"
-
-
 def _episode(env, k, hinted, rewards, terminated=True, env_failed=False):
   turns = tuple(
       episodes_lib.Turn((1, 2), (3, 4), (-0.1, -0.2), "a", r, "o")
