@@ -333,6 +333,9 @@ class SandboxPool:
 
   Use as a context manager, or call `close()`. Not thread-safe across public
   calls on purpose: one lock serialises them (the rollout engine batches).
+
+  Attributes:
+    swept: what the start-up sweep removed (`sweep_orphans`'s counts).
   """
 
   def __init__(
