@@ -505,9 +505,9 @@ def _layout_plan(tree: dict[str, Any], model_config) -> Any:
   not) without a copy of the stacking rules.
 
   Returns:
-    (the model-layout tree with a list of leaf indices per leaf, the flat
-    per-layer leaves). A one-element list is a leaf taken as is; longer
-    lists stack along a new leading axis.
+    (the model-layout tree whose leaves are a leaf index (a tensor taken as
+    is) or a list of them (stacked along a new leading axis, a list of one
+    included), the flat per-layer leaves).
   """
   leaves, treedef = jax.tree.flatten(tree)
   probe = jax.tree.unflatten(
@@ -518,7 +518,7 @@ def _layout_plan(tree: dict[str, Any], model_config) -> Any:
   def sources(ids):
     ids = np.asarray(ids)
     if ids.shape == (1,):
-      return [int(ids[0])]
+      return int(ids[0])
     if ids.ndim != 2 or ids.shape[1] != 1:
       raise ValueError(
           f"transformer.to_model_layout gave a leaf of shape {ids.shape} for"
@@ -545,6 +545,8 @@ def _materialize(tree: dict[str, Any], model_config, mesh, rules):
   plan, leaves = _layout_plan(tree, model_config)
 
   def shape(ids):
+    if isinstance(ids, int):
+      return leaves[ids].view.shape
     first = leaves[ids[0]].view.shape
     for i in ids:
       if leaves[i].view.shape != first:
@@ -552,7 +554,7 @@ def _materialize(tree: dict[str, Any], model_config, mesh, rules):
             f"layers stacked together have shapes {first} and "
             f"{leaves[i].view.shape}"
         )
-    return first if len(ids) == 1 else (len(ids),) + tuple(first)
+    return (len(ids),) + tuple(first)
 
   is_plan = lambda x: isinstance(x, list)
   abstract = jax.tree.map(
@@ -560,8 +562,8 @@ def _materialize(tree: dict[str, Any], model_config, mesh, rules):
   )
 
   def read(ids, index):
-    if len(ids) == 1:
-      return leaves[ids[0]].read(index, dtype)
+    if isinstance(ids, int):
+      return leaves[ids].read(index, dtype)
     picked = range(len(ids))[index[0]]
     return np.stack([leaves[ids[g]].read(index[1:], dtype) for g in picked])
 
