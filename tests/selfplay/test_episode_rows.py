@@ -13,7 +13,40 @@ from spade.selfplay import batching
 from spade.selfplay import engine as engine_lib
 from spade.train import losses
 from spade.train import update as update_lib
-from tests.agent.test_rollout import FakeExecutor
+
+
+class CountExecutor:
+  """Reach 3 by replies holding "+1"; reward 1 on reaching it."""
+
+  def __init__(self):
+    self.total = {}
+
+  def reset(self, items):
+    out = []
+    for eid, _, _, _ in items:
+      self.total[eid] = 0
+      out.append({"ok": True, "obs": "reach 3", "hint": None})
+    return out
+
+  def step(self, items):
+    out = []
+    for eid, action in items:
+      self.total[eid] += 1 if "+1" in action else 0
+      won = self.total[eid] == 3
+      out.append(
+          {
+              "ok": True,
+              "obs": f"total={self.total[eid]}",
+              "reward": float(won),
+              "terminated": won,
+              "truncated": False,
+              "info": {},
+          }
+      )
+    return out
+
+  def close(self, ids):
+    del ids
 
 
 def _episode():
@@ -32,9 +65,9 @@ def _episode():
     return [(ids, [-0.5] * len(ids), text) for _ in prompts]
 
   (ep,), _ = rollout.run_episodes(
-      [rollout.EpisodeSpec(0, "src", 0, None)],  # seed 0: target 3
+      [rollout.EpisodeSpec(0, "src", 0, None)],
       sampler,
-      FakeExecutor(),
+      CountExecutor(),
       render,
       max_turns=6,
       max_context=4096,
