@@ -3,6 +3,7 @@ r"""Throughput and model-FLOPs utilisation of the jitted update step.
   python benchmarks/train_step.py
   python benchmarks/train_step.py --rows=tiny:8x128,tiny:32x512 --steps=5
   python benchmarks/train_step.py --devices=2   # one CPU device per core
+  python benchmarks/train_step.py --memory      # Qwen 0.5B update's peak RSS
 
 Each row times `spade.train.update.make_update_step` (designer and agent
 sub-batches of B x L tokens each, both through the shared trunk) on one device
@@ -22,11 +23,22 @@ script sets before JAX starts). On this 2-core machine XLA's CPU backend
 splits a single device's small element-wise ops over both threads, and the
 hand-offs cost more than they save; one device per core keeps every op on
 its core, with the rows split between them.
+
+`--memory` instead runs one update of Qwen2.5-Coder-0.5B-Instruct's shapes
+as `configs/qwen2p5_coder_0p5b.py` sets them up (remat policy, micro-batches,
+scoring chunk; `--remat` overrides the policy) on designer and agent
+sub-batches of --memory_rows (default 2 x 2048 tokens each), and prints the
+process's peak resident memory (`ru_maxrss`: parameters, Adam state,
+gradients, XLA's temporaries and the compiler together). The weights are a
+scratch init of the same shapes: memory does not depend on their values, and
+no checkpoint is loaded. Its last line holds `peak_rss_gib=`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import resource
 import sys
 import time
 
@@ -68,6 +80,15 @@ _STEPS = flags.DEFINE_integer("steps", 5, "Timed steps per row.")
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matmul size for the peak.")
 _DEVICES = flags.DEFINE_integer(
     "devices", 1, "Devices of the data-parallel mesh (rows split over them)."
+)
+_MEMORY = flags.DEFINE_bool(
+    "memory", False, "Peak resident memory of one Qwen 0.5B update instead."
+)
+_MEMORY_ROWS = flags.DEFINE_string(
+    "memory_rows", "2x2048", "BxL of each role's sub-batch with --memory."
+)
+_REMAT = flags.DEFINE_string(
+    "remat", "", "With --memory: config.model.remat (default: the config's)."
 )
 
 # A bigger model that still steps in seconds on a 2-core CPU.
@@ -172,8 +193,75 @@ def time_row(
   )
 
 
+def _qwen_config():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = os.path.join(root, "configs", "qwen2p5_coder_0p5b.py")
+  spec = importlib.util.spec_from_file_location("qwen_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def peak_memory(rows: int, length: int, remat: str = "") -> dict:
+  """One Qwen 0.5B update on rows x length per role; peak RSS in GiB."""
+  c = _qwen_config()
+  c.checkpoint.kind = "scratch"
+  if remat:
+    c.model.remat = remat
+  c.model.max_len = max(c.model.max_len, length)
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 1, 1
+  mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+  model = transformer.build_model(c.model)
+  optimizer = state_lib.make_optimizer(c.optim)
+  params = transformer.init_params(c.model, jax.random.PRNGKey(0))
+  state = state_lib.create_state(
+      params, optimizer, rng=jax.random.PRNGKey(1), mesh=mesh,
+      rules=c.mesh.rules, keep_reference=state_lib.keeps_reference(c),
+  )  # fmt: skip
+  del params
+  step = update.make_update_step(model, optimizer, mesh, c)
+  rng = np.random.default_rng(0)
+  batch = {
+      "designer": _batch(rows, length, c.model.vocab_size, rng),
+      "agent": _batch(rows, length, c.model.vocab_size, rng),
+  }
+  t = time.perf_counter()
+  state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  step_s = time.perf_counter() - t
+  n_params = sum(x.size for x in jax.tree.leaves(state.params))
+  # ru_maxrss is in KiB on Linux.
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+  return dict(
+      params=n_params,
+      rows=rows,
+      length=length,
+      remat=c.model.remat,
+      microbatch_rows=c.optim.microbatch_rows,
+      logprob_chunk=c.optim.logprob_chunk,
+      loss=float(metrics["train/loss"]),
+      first_step_s=step_s,
+      peak_rss_gib=peak,
+  )
+
+
 def main(argv):
   del argv
+  if _MEMORY.value:
+    rows, length = (int(v) for v in _MEMORY_ROWS.value.split("x"))
+    r = peak_memory(rows, length, _REMAT.value)
+    print(
+        f"qwen2.5-coder-0.5b shapes, {r['params']:,} params: designer and"
+        f" agent {rows}x{length} each, remat={r['remat']},"
+        f" microbatch_rows={r['microbatch_rows']},"
+        f" logprob_chunk={r['logprob_chunk']}: first step (with compile)"
+        f" {r['first_step_s']:.0f} s, loss {r['loss']:.4f}"
+    )
+    print(
+        f"peak_rss_gib={r['peak_rss_gib']:.2f} rows={rows} length={length}"
+        f" remat={r['remat']} microbatch_rows={r['microbatch_rows']}"
+    )
+    return
   peak = matmul_peak(_PEAK_N.value)
   print(
       f"device {jax.devices()[0].device_kind}: float32 matmul peak"
