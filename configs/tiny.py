@@ -37,7 +37,7 @@ def get_config(arg=None):
     # mechanism without eight samples per design.
     c.designer.max_attempts = 2
   elif arg == "learn":
-    c.num_iterations = 12
+    c.num_iterations = 16
     c.train.mode = "fixed_pool"
     c.train.pool_dir = TRIVIAL_POOL
     c.train.checkpoint_every = 1000  # the final one only
