@@ -29,7 +29,6 @@ from __future__ import annotations
 import atexit
 import glob
 import importlib.util
-import inspect
 import itertools
 import json
 import logging
@@ -844,16 +843,14 @@ class SandboxPool:
     with self._lock:
       self._check_open()
       options = dict(options)
-      if _validator_accepts("time_budget_s"):
-        # The validator's own budget ends before the worker's hard deadline,
-        # so a slow program gets a "timeout" verdict with its context.
-        options.setdefault(
-            "time_budget_s", max(1.0, 0.8 * self.validate_timeout_s)
-        )
-      if _validator_accepts("call_timeout_s"):
-        # The same per-call budget as in play: a program that would stall a
-        # rollout is invalid.
-        options.setdefault("call_timeout_s", self.call_timeout_s)
+      # The validator's own budget ends before the worker's hard deadline,
+      # so a slow program gets a "timeout" verdict with its context; the
+      # same per-call budget as in play makes a program that would stall a
+      # rollout invalid.
+      options.setdefault(
+          "time_budget_s", max(1.0, 0.8 * self.validate_timeout_s)
+      )
+      options.setdefault("call_timeout_s", self.call_timeout_s)
       verdicts: list[dict | None] = [None] * len(sources)
       per: dict[_Sandbox, list[dict]] = {}
       where: dict[_Sandbox, list[int]] = {}
@@ -1325,13 +1322,6 @@ def sweep_orphans(
         removed["directories"],
     )
   return removed
-
-
-def _validator_accepts(name: str) -> bool:
-  """Whether validate_program takes keyword `name` (stdlib-only import)."""
-  from spade.environments import validator  # pylint: disable=g-import-not-at-top
-
-  return name in inspect.signature(validator.validate_program).parameters
 
 
 def _clean_step(r: Any) -> dict:

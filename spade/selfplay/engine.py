@@ -1,13 +1,13 @@
-"""The loop's device-side services: weights, sampling per role, the update.
+"""The policy: weights, sampling per role, the update.
 
 `Engine` owns the train state (params, optimizer state, step, rng) on the
-mesh and offers the host loop a few calls:
+mesh and offers the host loop a few calls (the sandbox side, validation and
+environment calls, is `spade.selfplay.executor.Executor`):
 
   render(messages)          chat messages -> prompt token ids
   sample(prompts, role,..)  batched sampling -> [(ids, logprobs, text)]
   agent_sampler(...)        the same, bound for the rollout engine
-  validate(codes)           verdicts from the sandbox (sliced over processes)
-  executor()                the rollout engine's sandbox executor
+  extend(messages, ...)     the ids between a reply and the next prompt
   prompt_budget(role)       the one prompt-length rule per role
   update(agent_rows, designer_rows)  one shared update step
   warm_start(seeds, steps)  supervised stage on the seed library
@@ -19,7 +19,6 @@ processes), the sampler's outputs are gathered back to every host.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 from absl import logging
@@ -28,18 +27,14 @@ import ml_collections
 import numpy as np
 
 from spade.agent import prompts as agent_prompts
-from spade.agent import rollout
 from spade.environments import library
-from spade.environments import validator as validator_lib
 from spade.model import checkpoints as model_checkpoints
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sampling import shapes
-from spade.sandbox import pool as pool_lib
 from spade.selfplay import batching
-from spade.selfplay import multihost
 from spade.train import state as state_lib
 from spade.train import update as update_lib
 
@@ -80,7 +75,6 @@ class Engine:
     )
     self._sft_step = None
     self._samplers = {}
-    self._pool = None
 
   # -- text -------------------------------------------------------------------
 
@@ -207,36 +201,6 @@ class Engine:
 
     return sample
 
-  # -- sandbox ----------------------------------------------------------------
-
-  @property
-  def pool(self):
-    if self._pool is None:
-      self._pool = pool_lib.SandboxPool.from_config(self.config.sandbox)
-    return self._pool
-
-  def validate(self, codes: list[str]) -> list[dict]:
-    """Verdicts for every program; each process validates its own slice."""
-    mine = list(multihost.slice_for_process(len(codes)))
-    # sandbox.call_timeout_s and environments.require, read by the validator.
-    options = validator_lib.options_from_config(self.config)
-    sources = [codes[i] for i in mine]
-    verdicts = self.pool.validate(sources, **options) if mine else []
-    merged: dict[int, dict] = {}
-    for part in multihost.allgather_objects(
-        list(zip(mine, verdicts)), tag="validate"
-    ):
-      merged.update({int(i): v for i, v in part})
-    return [merged[i] for i in range(len(codes))]
-
-  def executor(self) -> rollout.PoolExecutor:
-    return rollout.PoolExecutor(
-        self.pool,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        allgather=functools.partial(multihost.allgather_objects, tag="rollout"),
-    )
-
   # -- updates ----------------------------------------------------------------
 
   def _batch(self, rows: list[batching.Row]) -> dict[str, np.ndarray]:
@@ -334,8 +298,3 @@ class Engine:
       logging.info(
           "warm start %d/%d: %s", step + 1, steps, jax.device_get(metrics)
       )
-
-  def close(self) -> None:
-    if self._pool is not None:
-      self._pool.close()
-      self._pool = None

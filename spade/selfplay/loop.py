@@ -55,6 +55,7 @@ from spade.regret import scoring as regret_scoring
 from spade.selfplay import batching
 from spade.selfplay import curriculum as curriculum_lib
 from spade.selfplay import engine as engine_lib
+from spade.selfplay import executor as executor_lib
 from spade.selfplay import metrics as metrics_lib
 from spade.selfplay import records
 from spade.train import checkpoints
@@ -75,7 +76,8 @@ def _seed_for(*parts: Any) -> int:
 
 
 class Trainer:
-  """The run: a policy engine, a sandbox pool, the loop state; `run()`."""
+  """The run: the policy (`engine`), the environment executor (`envs`), the
+  loop state (`state`); `run()` iterates to the end."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config = config
@@ -84,7 +86,8 @@ class Trainer:
     if jax.process_index() == 0:
       with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
-    self.engine = engine_lib.Engine(config)
+    self.engine = engine_lib.Engine(config)  # the policy
+    self.envs = executor_lib.Executor(config)  # validation, episodes
     self.manager = checkpoints.make_manager(
         workdir, keep=config.train.keep_checkpoints
     )
@@ -179,7 +182,7 @@ class Trainer:
       new_codes = [extract.extract_code(text) for _, _, text in outs]
       t = time.perf_counter()
       new_verdicts = [
-          records.Verdict.from_dict(v) for v in self.engine.validate(new_codes)
+          records.Verdict.from_dict(v) for v in self.envs.validate(new_codes)
       ]
       timer["sandbox"] += time.perf_counter() - t
       for i, out, code, verdict in zip(todo, outs, new_codes, new_verdicts):
@@ -356,7 +359,7 @@ class Trainer:
       with open(path) as f:
         sources.append(f.read())
     verdicts = [
-        records.Verdict.from_dict(v) for v in self.engine.validate(sources)
+        records.Verdict.from_dict(v) for v in self.envs.validate(sources)
     ]
     pool = []
     for path, source, verdict in zip(paths, sources, verdicts):
@@ -457,7 +460,7 @@ class Trainer:
             max_new_tokens=c.agent.max_new_tokens,
             temperature=c.agent.temperature,
         ),
-        self.engine.executor(),
+        self.envs.episodes(),
         self.engine.render,
         max_turns=c.agent.max_turns,
         max_context=self.engine.prompt_budget("agent"),
@@ -798,7 +801,7 @@ class Trainer:
             eval_runner.run_suites(
                 c,
                 self.engine.state.params,
-                self.engine.pool,
+                self.envs.pool,
                 step,
                 mesh=self.engine.mesh,
             )
@@ -831,7 +834,7 @@ class Trainer:
         )
         self.state.write_memory_file(self.workdir)
     self.writer.close()
-    self.engine.close()
+    self.envs.close()
 
 
 def _fit(ids: list[int], budget: int, bos: int) -> list[int]:

@@ -101,6 +101,7 @@ def _trainer(config, engine=None):
   t.config = config
   t.workdir = "/nonexistent"
   t.engine = engine or FakeEngine(config)
+  t.envs = t.engine  # the fake also validates
   t.state = curriculum_lib.LoopState(config)
   t.seeds = []
   t._pool_programs = None  # pylint: disable=protected-access

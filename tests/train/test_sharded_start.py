@@ -126,14 +126,10 @@ def test_engine_starts_sharded_with_the_single_device_values():
   from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
 
   c = _config()
-  c.sandbox.backend = "none"
-  engine = engine_lib.Engine(c)
-  try:
-    params = engine.state.params
-    _assert_large_split(params)
-    assert _check_split(engine.state.opt_state) == 2 * _check_split(params)
-    expected = transformer.init_params(c.model, jax.random.PRNGKey(c.seed))
-    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
-      np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
-  finally:
-    engine.close()
+  engine = engine_lib.Engine(c)  # the policy alone: no sandbox
+  params = engine.state.params
+  _assert_large_split(params)
+  assert _check_split(engine.state.opt_state) == 2 * _check_split(params)
+  expected = transformer.init_params(c.model, jax.random.PRNGKey(c.seed))
+  for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
