@@ -72,6 +72,15 @@ def _comparable(rows):
   ]
 
 
+def _untimed(x):
+  """A verdict file's JSON without its wall-clock fields (`*_s`)."""
+  if isinstance(x, dict):
+    return {k: _untimed(v) for k, v in x.items() if not k.endswith("_s")}
+  if isinstance(x, list):
+    return [_untimed(v) for v in x]
+  return x
+
+
 def _programs(workdir):
   """Every saved program and verdict file of a run, by relative path."""
   root = os.path.join(workdir, "programs")
@@ -80,7 +89,10 @@ def _programs(workdir):
     for name in files:
       path = os.path.join(folder, name)
       with open(path) as f:
-        out[os.path.relpath(path, root)] = f.read()
+        text = f.read()
+      out[os.path.relpath(path, root)] = (
+          _untimed(json.loads(text)) if name.endswith(".json") else text
+      )
   return out
 
 
