@@ -547,33 +547,38 @@ def describe(program: Program, tpu: topology_lib.Slice) -> str:
   )
 
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, e.g. configs/gemma3_1b_tpu.py"
-)
-_TOPOLOGY = flags.DEFINE_string(
-    "topology", None, "TPU slice name, e.g. v5p-8, v5p-32, v5e-16, v6e-8."
-)
-_SAMPLERS = flags.DEFINE_bool(
-    "samplers", True, "Also compile each role's prefill and decode step."
-)
+def _define_flags() -> None:
+  """The CLI's flags, defined only when run as a program: importing
+  `spade.compile` as a library (tests, notebooks) next to `spade.main`,
+  which defines its own --config, must not clash."""
+  config_flags.DEFINE_config_file(
+      "config", None, "Config file, e.g. configs/gemma3_1b_tpu.py"
+  )
+  flags.DEFINE_string(
+      "topology", None, "TPU slice name, e.g. v5p-8, v5p-32, v5e-16, v6e-8."
+  )
+  flags.DEFINE_bool(
+      "samplers", True, "Also compile each role's prefill and decode step."
+  )
 
 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     sys.exit(f"spade.compile: unexpected arguments: {' '.join(argv[1:])}")
-  if _CONFIG.value is None or not _TOPOLOGY.value:
+  f = flags.FLAGS
+  if f.config is None or not f.topology:
     sys.exit("spade.compile: --config and --topology are required")
-  config = _CONFIG.value
+  config = f.config
   try:
     config_lib.validate(config)
-    topology_lib.parse(_TOPOLOGY.value)
+    topology_lib.parse(f.topology)
   except (config_lib.ConfigError, topology_lib.TopologyError) as e:
     sys.exit(f"spade.compile: {e}")
   report = run(
       config,
-      _TOPOLOGY.value,
-      config_name=flags.FLAGS["config"].config_filename,
-      samplers=_SAMPLERS.value,
+      f.topology,
+      config_name=f["config"].config_filename,
+      samplers=f.samplers,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)
@@ -581,4 +586,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)
