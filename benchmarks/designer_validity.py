@@ -138,12 +138,8 @@ def main(argv=None) -> None:
       f" top_p={top_p}; model.max_len={config.model.max_len}"
   )
   params = checkpoints.initial_params(config, jax.random.PRNGKey(config.seed))
-  tokens_to_logits, init_cache = transformer.sampling_fns(
-      config.model, transformer.Role.DESIGNER
-  )
   sampler = sampler_lib.Sampler(
-      tokens_to_logits=tokens_to_logits,
-      init_cache=init_cache,
+      *transformer.sampling_fns(config.model, transformer.Role.DESIGNER),
       pad_id=tokenizer.pad_id,
       stop_ids=tuple(tokenizer.stop_ids),
   )

@@ -66,11 +66,8 @@ def bench_spade(config, new_tokens: int) -> dict[str, float]:
   start = time.perf_counter()
   params = checkpoints.initial_params(config)
   _log(f"spade: loaded in {time.perf_counter() - start:.1f}s")
-  tokens_to_logits, init_cache = transformer.sampling_fns(
-      config.model, transformer.Role.AGENT
-  )
   sampler = sampler_lib.Sampler(
-      tokens_to_logits=tokens_to_logits, init_cache=init_cache, pad_id=0
+      *transformer.sampling_fns(config.model, transformer.Role.AGENT), pad_id=0
   )
   rng = jax.random.PRNGKey(0)
   out = {}

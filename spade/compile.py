@@ -414,21 +414,23 @@ def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
   """The role's prefill and one decode step, with the rollout's KV cache."""
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
   rows, prompt, new = sampler_shapes(config, shards)[role]
-  tokens_to_logits, make_cache = transformer.sampling_fns(
-      config.model, _ROLES[role]
-  )
+  fns = transformer.sampling_fns(config.model, _ROLES[role])
   grid = sharding.batch_sharding(mesh, rules, 2)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
   def prefill(params, prompts, positions, input_mask):
-    cache = make_cache(rows, prompt + new)
-    return tokens_to_logits(
+    # As in the sampler: the decoding layout is made once per call, so the
+    # prefill's peak holds both the given and the prepared parameters.
+    params = fns.prepare_params(params)
+    cache = fns.init_cache(rows, prompt + new)
+    logits, cache = fns.tokens_to_logits(
         params, prompts, positions, input_mask, cache, jnp.int32(0)
     )
+    return logits, cache, params
 
   def decode(params, last, positions, cache, index):
     mask = jnp.ones(last.shape, bool)
-    return tokens_to_logits(params, last, positions, mask, cache, index)
+    return fns.tokens_to_logits(params, last, positions, mask, cache, index)
 
   def ints(shape, dtype=jnp.int32):
     return jax.ShapeDtypeStruct(shape, dtype, sharding=grid)
@@ -456,15 +458,15 @@ def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
   programs = [first]
   # The decode step takes the cache as the prefill leaves it (its layout and
   # shardings), and donates it, as the sampler's loop updates it in place.
-  cache = jax.tree.map(
+  cache, prepared = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-      lowered.out_info[1],
+      lowered.out_info[1:],
   )
 
   def lower_decode():
     with sharding.use_rules(mesh, rules):
       return jax.jit(decode, donate_argnums=(3,)).lower(
-          params,
+          prepared,
           ints((rows, 1)),
           ints((rows, 1)),
           cache,

@@ -43,12 +43,8 @@ def _agent_sampler(config, tokenizer, mesh) -> sampler_lib.Sampler:
       repr(rules),
   )
   if key not in _SAMPLERS:
-    tokens_to_logits, init_cache = transformer.sampling_fns(
-        config.model, transformer.Role.AGENT
-    )
     _SAMPLERS[key] = sampler_lib.Sampler(
-        tokens_to_logits=tokens_to_logits,
-        init_cache=init_cache,
+        *transformer.sampling_fns(config.model, transformer.Role.AGENT),
         pad_id=tokenizer.pad_id,
         stop_ids=tuple(tokenizer.stop_ids),
         mesh=mesh,

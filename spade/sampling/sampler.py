@@ -8,7 +8,8 @@ model class,
                    position, new cache)
   init_cache(batch, length) -> cache pytree
 
-(`spade.model.transformer.sampling_fns(config.model, role)` builds them).
+(`spade.model.transformer.sampling_fns(config.model, role)` builds them, with
+a third, `prepare_params`, run once per call: `Sampler(*fns, pad_id=...)`).
 
 Layout: prompts are LEFT-padded to a common length L (the row's prompt sits at
 the right end, `input_mask` False on the padding). Every row then writes its
@@ -165,6 +166,9 @@ class Sampler:
   Attributes:
     tokens_to_logits: the model step (see module docstring).
     init_cache: (batch, length) -> empty cache.
+    prepare_params: params -> the parameters `tokens_to_logits` takes, run
+      once per call inside the compiled function (e.g. a decoding layout);
+      None passes them as given.
     pad_id: written after a row ends.
     stop_ids: a row ends after emitting one of these (it is kept in tokens).
     mesh: optional mesh; with it, inputs are batch-sharded and the model's
@@ -176,6 +180,8 @@ class Sampler:
 
   tokens_to_logits: Callable[..., tuple[Array, Any]]
   init_cache: Callable[[int, int], Any]
+  prepare_params: Callable[[Any], Any] | None = None
+  _: dataclasses.KW_ONLY
   pad_id: int
   stop_ids: tuple[int, ...] = ()
   mesh: Any = None
@@ -318,6 +324,8 @@ class Sampler:
     pad = (length - prompt_lengths)[:, None]
     input_mask = col >= pad
     positions = jnp.maximum(col - pad, 0)
+    if self.prepare_params is not None:
+      params = self.prepare_params(params)
     cache = self.init_cache(b, length + max_new_tokens)
     logits, cache = self.tokens_to_logits(
         params, prompts, positions, input_mask, cache, jnp.int32(0)

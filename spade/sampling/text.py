@@ -102,12 +102,8 @@ class TextGenerator:
     """The compiled sampler of one role (built once, then reused)."""
     role = transformer.Role(role)
     if role not in self._samplers:
-      tokens_to_logits, init_cache = transformer.sampling_fns(
-          self.model_config, role
-      )
       self._samplers[role] = sampler_lib.Sampler(
-          tokens_to_logits=tokens_to_logits,
-          init_cache=init_cache,
+          *transformer.sampling_fns(self.model_config, role),
           pad_id=int(self.tokenizer.pad_id),
           stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
           mesh=self.mesh,

@@ -109,12 +109,8 @@ class Engine:
 
   def _sampler(self, role: str):
     if role not in self._samplers:
-      tokens_to_logits, make_cache = transformer.sampling_fns(
-          self.config.model, _ROLES[role]
-      )
       self._samplers[role] = sampler_lib.Sampler(
-          tokens_to_logits=tokens_to_logits,
-          init_cache=make_cache,
+          *transformer.sampling_fns(self.config.model, _ROLES[role]),
           pad_id=self.tokenizer.pad_id,
           stop_ids=tuple(self.tokenizer.stop_ids),
           mesh=self.mesh,

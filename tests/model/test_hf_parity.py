@@ -75,11 +75,9 @@ def test_greedy_continuation_matches_transformers(kind):
   ref = _reference()
   config = _config(kind)
   params = checkpoints.initial_params(config)
-  tokens_to_logits, init_cache = transformer.sampling_fns(
-      config.model, transformer.Role.AGENT
-  )
   sampler = sampler_lib.Sampler(
-      tokens_to_logits=tokens_to_logits, init_cache=init_cache, pad_id=0
+      *transformer.sampling_fns(config.model, transformer.Role.AGENT),
+      pad_id=0,
   )
   cases = ref["models"][kind]["cases"]
   out = sampler(

@@ -507,3 +507,52 @@ def test_bfloat16_log_probs_stay_close_to_float32():
   )  # fmt: skip
   assert logits.dtype == jnp.float32
   assert cache["layers"]["block_2"]["v"].dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("family", ["gemma3", "qwen2"])
+def test_per_layer_decoding_matches_the_scanned_model(family):
+  """The sampler decodes per layer (`sampling_fns`); the scanned stacks with
+  a stacked cache (`scan_decode`) give the same logits, step after step, on
+  a model with a full period and a tail, and a ring buffer that wraps."""
+  overrides = dict(num_layers=5, sliding_window=3, global_every=2)
+  if family == "qwen2":
+    overrides = dict(num_layers=3, family="qwen2", sliding_window=0,
+                     qk_norm=False, qkv_bias=True, mlp_activation="silu")  # fmt: skip
+  per_cfg = _tiny(**overrides)
+  scan_cfg = _tiny(scan_decode=True, **overrides)
+  params = T.init_params(per_cfg, jax.random.key(7))
+  tokens = jax.random.randint(jax.random.key(8), (2, 9), 0, 259)
+
+  def decode(cfg):
+    fns = T.sampling_fns(cfg, T.Role.AGENT)
+
+    @jax.jit
+    def run(params):
+      p = fns.prepare_params(params)
+      cache = fns.init_cache(2, 9)
+      mask = jnp.ones((2, 4), bool)
+      first, cache = fns.tokens_to_logits(
+          p, tokens[:, :4], jnp.arange(4)[None].repeat(2, 0), mask, cache,
+          jnp.int32(0),
+      )  # fmt: skip
+      out = [first]
+      for t in range(4, 9):
+        logits, cache = fns.tokens_to_logits(
+            p, tokens[:, t : t + 1], jnp.full((2, 1), t), jnp.ones((2, 1), bool),
+            cache, jnp.int32(t),
+        )  # fmt: skip
+        out.append(logits)
+      return jnp.stack(out, 1)
+
+    return run(params)
+
+  per_layer = decode(per_cfg)
+  assert "layer_0" in T.sampling_fns(per_cfg, T.Role.AGENT).init_cache(1, 4)
+  np.testing.assert_allclose(per_layer, decode(scan_cfg), atol=1e-5)
+  # And both match the full forward's logits at the same positions.
+  full = T.build_model(per_cfg).apply(
+      {"params": params}, tokens, jnp.arange(9)[None].repeat(2, 0),
+      T.Role.AGENT,
+  )[0]  # fmt: skip
+  np.testing.assert_allclose(per_layer[:, 1:], full[:, 4:], atol=1e-4)
+  np.testing.assert_allclose(per_layer[:, 0], full[:, 3], atol=1e-4)

@@ -35,8 +35,7 @@ def _cfg():
 def setup():
   cfg = _cfg()
   params = T.init_params(cfg, jax.random.key(0))
-  ttl, make_cache = T.sampling_fns(cfg, T.Role.AGENT)
-  sampler = S.Sampler(ttl, make_cache, pad_id=PAD)
+  sampler = S.Sampler(*T.sampling_fns(cfg, T.Role.AGENT), pad_id=PAD)
   model = T.build_model(cfg)
 
   @jax.jit
@@ -127,7 +126,8 @@ def test_stop_tokens_and_row_limits(setup):
       for r in greedy.tokens.tolist()
   ]
   stopping = S.Sampler(
-      sampler.tokens_to_logits, sampler.init_cache, pad_id=PAD,
+      sampler.tokens_to_logits, sampler.init_cache, sampler.prepare_params,
+      pad_id=PAD,
       stop_ids=(stop, EOS),
   )  # fmt: skip
   out = _run(
@@ -182,8 +182,9 @@ def test_sharded_sampler_matches_single_device(setup):
   mesh_cfg = ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
   mesh = sharding.make_mesh(mesh_cfg)
   rules = config_lib.base_config().mesh.rules
-  ttl, make_cache = T.sampling_fns(cfg, T.Role.AGENT)
-  sharded = S.Sampler(ttl, make_cache, pad_id=PAD, mesh=mesh, rules=rules)
+  sharded = S.Sampler(
+      *T.sampling_fns(cfg, T.Role.AGENT), pad_id=PAD, mesh=mesh, rules=rules
+  )
   placed = sharding.shard_params(params, mesh, rules)
   ref = _run(sampler, params, temperature=1.0)
   out = _run(sharded, placed, temperature=1.0)
