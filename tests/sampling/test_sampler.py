@@ -230,3 +230,19 @@ def test_text_generate_returns_consistent_completions(setup):
     assert o.finished == (EOS in o.token_ids)
   assert text.truncate_left([BOS, 1, 2, 3], 2, BOS) == [BOS, 3]
   assert text.truncate_left([1, 2, 3], 2, None) == [2, 3]
+
+
+@pytest.mark.parametrize("chunk", [3, 4])
+def test_chunked_prefill_samples_what_one_prefill_samples(setup, chunk):
+  """Prompts written `chunk` columns at a time (a first partial chunk when 8
+  is not a multiple, then the loop) give the same tokens and log-probs."""
+  _, params, sampler, _ = setup
+  whole = S.Sampler(*T.sampling_fns(_cfg(), T.Role.AGENT), pad_id=PAD,
+                    prefill_chunk=0)  # fmt: skip
+  chunked = S.Sampler(*T.sampling_fns(_cfg(), T.Role.AGENT), pad_id=PAD,
+                      prefill_chunk=chunk)  # fmt: skip
+  for temperature in (0.0, 1.0):
+    ref = _run(whole, params, temperature=temperature)
+    out = _run(chunked, params, temperature=temperature)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
