@@ -1,23 +1,31 @@
-"""Text in, completions out: the sampler behind a tokenizer.
+"""The one generation front end: the sampler behind a tokenizer, either role.
 
-The training loop and the eval suites call `TextGenerator.generate` with
-strings. Prompt handling rules:
+The training loop (`spade.selfplay.engine.Engine.sample`), the evaluation
+responder (`spade.eval.responder.ModelResponder`) and `spade.generate` all
+sample through `TextGenerator.sample`, so they share one set of rules:
 
-* Encoding: `tokenizer.encode(prompt, add_bos=True)` (a tokenizer without BOS,
-  like Qwen's, ignores `add_bos`). Render chat prompts with
-  `tokenizer.chat_prompt` first.
-* Truncation: a prompt longer than `max_prompt_tokens` (default
-  `config.model.max_len - max_new_tokens`) keeps its LAST tokens, because the
-  end of a prompt (the latest turn and the assistant opener) is what the reply
-  depends on; when the prompt began with BOS, BOS is kept in front.
-* Shapes: prompts are left-padded to a power-of-two length (>= 8) and the batch
-  to a power-of-two size (and a multiple of the mesh's batch shards), so a run
-  compiles a handful of shapes. Filler rows are dropped from the result.
+* Truncation: none here. A prompt longer than the room the reply leaves
+  (`config.model.max_len - max_new_tokens`) is an error: callers cut chat
+  histories first with the one rule, `spade.agent.prompts.truncate_messages`
+  to `prompt_budget`, so the trainer later scores every completion in exactly
+  the context it was sampled in.
+* Shapes: the batch is padded to a power-of-two size (or a fixed `rows`), a
+  multiple of the mesh's batch shards, and prompts are left-padded to a
+  length from `spade.sampling.shapes.bucket` (powers of two from
+  `min_length`, capped at the room), so a run compiles a handful of shapes.
+  Filler rows are dropped from the result.
+* Samplers: one compiled `Sampler` per (model config, role, tokenizer ids,
+  mesh), shared by every generator in the process, so a responder built at
+  each in-loop evaluation does not compile again.
+
+`generate` takes text: `tokenizer.encode(prompt, add_bos=True)` (a tokenizer
+without BOS, like Qwen's, ignores `add_bos`); render chat prompts with
+`tokenizer.chat_prompt` first.
 
 Each `Completion` carries the sampled ids (a stop token, when hit, is kept in
 `token_ids` and `logprobs` but not in `text`), the per-token logprobs under the
 model before temperature/top-k/top-p (see `spade.sampling.sampler`), the
-prompt ids the model actually saw, and `finished` (a stop token was emitted).
+prompt ids the model saw, and `finished` (a stop token was emitted).
 """
 
 from __future__ import annotations
@@ -30,17 +38,17 @@ import numpy as np
 
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
+from spade.sampling import shapes
 
 
 class TokenizerLike(Protocol):
   """The part of `spade.model.tokenizer.Tokenizer` used here."""
 
   pad_id: int
-  bos_id: int
   stop_ids: tuple[int, ...]
 
   def encode(self, text: str, *, add_bos: bool = False) -> list[int]:
-    """Text -> ids, with `bos_id` in front when `add_bos` (if it uses one)."""
+    """Text -> ids, with the BOS id in front when `add_bos` (if it uses one)."""
     ...
 
   def decode(self, ids: Sequence[int]) -> str:
@@ -59,25 +67,17 @@ class Completion:
   finished: bool
 
 
-def truncate_left(
-    ids: Sequence[int], limit: int, bos_id: int | None
-) -> list[int]:
-  """Keeps the last `limit` ids; a leading `bos_id` stays in front."""
-  ids = list(ids)
-  if len(ids) <= limit:
-    return ids
-  if bos_id is not None and ids and ids[0] == bos_id and limit > 1:
-    return [bos_id] + ids[len(ids) - limit + 1 :]
-  return ids[len(ids) - limit :]
+# Compiled samplers shared by every TextGenerator of the process.
+_SAMPLERS: dict[tuple, sampler_lib.Sampler] = {}
 
 
 class TextGenerator:
-  """Samples text for either role from one parameter tree.
+  """Samples either role from one parameter tree (see the module docstring).
 
   Attributes:
     model_config: `config.model`.
     tokenizer: a `spade.model.tokenizer.Tokenizer` (or anything with encode,
-      decode, pad_id, bos_id, stop_ids).
+      decode, pad_id, stop_ids).
     mesh: optional mesh (params then come from `sharding.shard_params`).
     rules: logical axis rules (`config.mesh.rules`).
   """
@@ -96,25 +96,34 @@ class TextGenerator:
     self.rules = tuple(
         (name, tuple(t) if isinstance(t, list) else t) for name, t in rules
     )
-    self._samplers: dict[transformer.Role, sampler_lib.Sampler] = {}
+
+  @property
+  def batch_shards(self) -> int:
+    """Rows must come in multiples of this (the mesh's batch axes)."""
+    if self.mesh is None:
+      return 1
+    return int(self.mesh.shape["data"]) * int(self.mesh.shape["fsdp"])
 
   def sampler(self, role: transformer.Role) -> sampler_lib.Sampler:
-    """The compiled sampler of one role (built once, then reused)."""
+    """The compiled sampler of one role (built once per process)."""
     role = transformer.Role(role)
-    if role not in self._samplers:
-      self._samplers[role] = sampler_lib.Sampler(
+    pad = int(self.tokenizer.pad_id)
+    stops = tuple(int(i) for i in self.tokenizer.stop_ids)
+    key = (self.model_config, role, pad, stops, id(self.mesh), self.rules)
+    if key not in _SAMPLERS:
+      _SAMPLERS[key] = sampler_lib.Sampler(
           *transformer.sampling_fns(self.model_config, role),
-          pad_id=int(self.tokenizer.pad_id),
-          stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
+          pad_id=pad,
+          stop_ids=stops,
           mesh=self.mesh,
           rules=self.rules,
       )
-    return self._samplers[role]
+    return _SAMPLERS[key]
 
-  def generate(
+  def sample(
       self,
       params: Any,
-      prompts: Sequence[str],
+      prompts: Sequence[Sequence[int]],
       *,
       role: transformer.Role,
       max_new_tokens: int,
@@ -122,38 +131,52 @@ class TextGenerator:
       rng: jax.Array,
       top_k: int = 0,
       top_p: float = 1.0,
-      max_prompt_tokens: int | None = None,
+      rows: int = 0,
+      min_length: int = 8,
   ) -> list[Completion]:
-    """Samples one completion per prompt (see the module docstring)."""
+    """One completion per token prompt (see the module docstring).
+
+    Args:
+      params: the shared parameters (both heads).
+      prompts: token ids per prompt, each within the room the reply leaves.
+      role: which head samples.
+      max_new_tokens: the most tokens a completion holds.
+      temperature: 0 for greedy.
+      rng: the sampling key.
+      top_k: keep the k most likely tokens (0 = all).
+      top_p: nucleus mass (1.0 = all).
+      rows: pad the batch to this many rows (>= len(prompts)); 0 pads to a
+        power of two.
+      min_length: the smallest prompt-length bucket.
+
+    Raises:
+      ValueError: a prompt does not leave room for `max_new_tokens`.
+    """
     if not prompts:
       return []
-    if max_prompt_tokens is None:
-      max_prompt_tokens = self.model_config.max_len - max_new_tokens
-    if max_prompt_tokens < 1:
+    room = self.model_config.max_len - max_new_tokens
+    prompts = [[int(t) for t in p] for p in prompts]
+    longest = max(len(p) for p in prompts)
+    if room < 1 or longest > room:
       raise ValueError(
-          f"no room for a prompt: max_new_tokens={max_new_tokens} leaves "
-          f"{max_prompt_tokens} of config.model.max_len="
-          f"{self.model_config.max_len}; lower max_new_tokens"
+          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
+          f" tokens in config.model.max_len={self.model_config.max_len}: cut"
+          " chat prompts with spade.agent.prompts.truncate_messages to the"
+          " role's prompt budget first, or lower max_new_tokens"
       )
-    bos = getattr(self.tokenizer, "bos_id", None)
-    ids = [
-        truncate_left(
-            self.tokenizer.encode(p, add_bos=True) or [bos],
-            max_prompt_tokens,
-            bos,
-        )
-        for p in prompts
-    ]
-    n = len(ids)
-    shards = 1
-    if self.mesh is not None:
-      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    rows = sampler_lib.bucket(n, minimum=1)
-    rows = -(-rows // shards) * shards
-    filler = [[int(self.tokenizer.pad_id)]] * (rows - n)
+    if any(not p for p in prompts):
+      raise ValueError("an empty prompt: give at least one token per prompt")
+    n = len(prompts)
+    batch = rows if rows >= n else shapes.bucket(n)
+    batch = shapes.round_up(max(batch, self.batch_shards), self.batch_shards)
+    pad = int(self.tokenizer.pad_id)
+    filler = [[pad]] * (batch - n)
+    length = shapes.bucket(longest, minimum=min_length, cap=room)
+    tokens, lengths = sampler_lib.left_pad(prompts + filler, length, pad)
     out = self.sampler(role)(
         params,
-        ids + filler,
+        tokens,
+        lengths,
         max_new_tokens=max_new_tokens,
         rng=rng,
         temperature=temperature,
@@ -163,17 +186,27 @@ class TextGenerator:
     stops = set(int(i) for i in self.tokenizer.stop_ids)
     completions = []
     for i in range(n):
-      length = int(out.lengths[i])
-      tokens = out.tokens[i, :length].tolist()
+      size = int(out.lengths[i])
+      ids = out.tokens[i, :size].tolist()
       finished = bool(out.finished[i])
-      text_ids = tokens[:-1] if finished and tokens[-1] in stops else tokens
+      text_ids = ids[:-1] if finished and ids and ids[-1] in stops else ids
       completions.append(
           Completion(
               text=self.tokenizer.decode(text_ids),
-              token_ids=tokens,
-              logprobs=out.logprobs[i, :length].astype(float).tolist(),
-              prompt_ids=ids[i],
+              token_ids=ids,
+              logprobs=out.logprobs[i, :size].astype(float).tolist(),
+              prompt_ids=prompts[i],
               finished=finished,
           )
       )
     return completions
+
+  def generate(
+      self,
+      params: Any,
+      prompts: Sequence[str],
+      **kwargs,
+  ) -> list[Completion]:
+    """`sample` on text prompts, each encoded with BOS (see `sample`)."""
+    ids = [self.tokenizer.encode(p, add_bos=True) for p in prompts]
+    return self.sample(params, ids, **kwargs)

@@ -32,8 +32,7 @@ from spade.model import checkpoints as model_checkpoints
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
-from spade.sampling import sampler as sampler_lib
-from spade.sampling import shapes
+from spade.sampling import text
 from spade.selfplay import batching
 from spade.train import state as state_lib
 from spade.train import update as update_lib
@@ -74,7 +73,9 @@ class Engine:
         self.model, self.optimizer, self.mesh, config
     )
     self._sft_step = None
-    self._samplers = {}
+    self.generator = text.TextGenerator(
+        config.model, self.tokenizer, mesh=self.mesh, rules=self.rules
+    )
 
   # -- text -------------------------------------------------------------------
 
@@ -107,17 +108,6 @@ class Engine:
 
   # -- sampling ---------------------------------------------------------------
 
-  def _sampler(self, role: str):
-    if role not in self._samplers:
-      self._samplers[role] = sampler_lib.Sampler(
-          *transformer.sampling_fns(self.config.model, _ROLES[role]),
-          pad_id=self.tokenizer.pad_id,
-          stop_ids=tuple(self.tokenizer.stop_ids),
-          mesh=self.mesh,
-          rules=self.rules,
-      )
-    return self._samplers[role]
-
   def sample(
       self,
       prompts: Sequence[Sequence[int]],
@@ -129,44 +119,24 @@ class Engine:
   ) -> list[tuple[list[int], list[float], str]]:
     """Samples a completion for every prompt (same result on every process).
 
-    Prompts are padded to a power-of-two batch (a multiple of the mesh's
-    batch axes) and length bucket so few shapes are compiled. A prompt must
-    already fit `model.max_len - max_new_tokens` (the callers cut them with
-    `prompt_budget`'s rule); one that does not is an error, never cut here,
-    so the trainer later scores a completion in exactly its sampled context.
+    Through the one front end, `spade.sampling.text.TextGenerator`: a prompt
+    must already fit `model.max_len - max_new_tokens` (the callers cut them
+    with `prompt_budget`'s rule); one that does not is an error, never cut
+    here, so the trainer later scores a completion in exactly its sampled
+    context.
     """
-    if not prompts:
-      return []
     c = self.config
-    room = c.model.max_len - max_new_tokens
-    longest = max(len(p) for p in prompts)
-    if longest > room:
-      raise ValueError(
-          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
-          f" tokens in model.max_len={c.model.max_len}; cut prompts to"
-          " Engine.prompt_budget(role) first"
-      )
-    prompts = [list(p) for p in prompts]
-    n = len(prompts)
-    batch_axes = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    rows = shapes.round_up(max(shapes.bucket(n), batch_axes), batch_axes)
-    padded = prompts + [[self.tokenizer.pad_id]] * (rows - n)
-    out = self._sampler(role)(
+    out = self.generator.sample(
         self.state.params,
-        padded,
-        rng=jax.random.PRNGKey(seed),
+        prompts,
+        role=_ROLES[role],
         max_new_tokens=max_new_tokens,
         temperature=temperature,
+        rng=jax.random.PRNGKey(seed),
         top_k=c.sampling.top_k,
         top_p=c.sampling.top_p,
     )
-    tokens, logprobs, lengths = out.tokens, out.logprobs, out.lengths
-    results = []
-    for i in range(n):
-      ids = tokens[i, : lengths[i]].tolist()
-      lp = logprobs[i, : lengths[i]].astype(float).tolist()
-      results.append((ids, lp, self.tokenizer.decode(ids)))
-    return results
+    return [(o.token_ids, o.logprobs, o.text) for o in out]
 
   def prompt_budget(self, role: str) -> int:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""

@@ -56,7 +56,9 @@ def test_long_prompts_are_cut_to_the_budget(model):
 def test_responders_share_the_compiled_sampler(model, params):
   # In-loop evaluation builds a responder each time; it must not recompile.
   other = responder_lib.ModelResponder(_config(), params, seed=5)
-  assert other._sampler is model._sampler  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  role = responder_lib.transformer.Role.AGENT
+  assert other._generator.sampler(role) is model._generator.sampler(role)
 
 
 @pytest.mark.slow  # new prompt-length buckets compile the sampler again

@@ -208,13 +208,12 @@ class _Bytes:
 def test_text_generate_returns_consistent_completions(setup):
   cfg, params, sampler, _ = setup
   gen = text.TextGenerator(cfg, _Bytes())
-  prompts = ["abc", "hello", "x" * 40]
+  prompts = ["abc", "hello", "x" * 6]
   outs = gen.generate(
       params, prompts, role=T.Role.AGENT, max_new_tokens=NEW,
-      temperature=0.0, rng=jax.random.key(0), max_prompt_tokens=7,
+      temperature=0.0, rng=jax.random.key(0),
   )  # fmt: skip
   assert len(outs) == 3
-  # Truncated from the left, BOS kept in front.
   assert outs[2].prompt_ids == [BOS] + [ord("x")] * 6
   assert outs[0].prompt_ids == [BOS] + list(b"abc")
   ref = sampler(
@@ -228,8 +227,20 @@ def test_text_generate_returns_consistent_completions(setup):
     body = [t for t in o.token_ids if t != EOS]
     assert o.text == _Bytes().decode(body)
     assert o.finished == (EOS in o.token_ids)
-  assert text.truncate_left([BOS, 1, 2, 3], 2, BOS) == [BOS, 3]
-  assert text.truncate_left([1, 2, 3], 2, None) == [2, 3]
+  # The front end never cuts a prompt: one that leaves no room for the reply
+  # is an error (callers cut chat histories by whole turns first).
+  room = cfg.max_len - NEW
+  with pytest.raises(ValueError, match="truncate_messages"):
+    gen.generate(
+        params, ["y" * room], role=T.Role.AGENT, max_new_tokens=NEW,
+        temperature=0.0, rng=jax.random.key(0),
+    )  # fmt: skip
+  # A fixed `rows` keeps one batch shape whatever the number of prompts.
+  (one,) = gen.sample(
+      params, [outs[0].prompt_ids], role=T.Role.AGENT, max_new_tokens=NEW,
+      temperature=0.0, rng=jax.random.key(0), rows=4,
+  )  # fmt: skip
+  assert one.token_ids == outs[0].token_ids
 
 
 @pytest.mark.parametrize("chunk", [3, 4])
