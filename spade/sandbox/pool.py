@@ -55,8 +55,13 @@ _HOST_FILE = "host.json"  # in each sandbox's directory: its host process
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 _SPADE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Modules the worker imports once before forking (a fork inherits them).
-_PRELOAD_ALWAYS = ("spade.environments.runtime", "spade.environments.validator")
+# The program runtime the worker serves, named rather than imported: a module
+# with load_program(source), instantiate(cls, kwargs) and ProgramError, and a
+# validator module with validate_program(source, **options) (spade.environments'
+# own). The worker imports both by name before forking (a fork inherits
+# them), so this package never imports the environment package that uses it.
+RUNTIME_MODULE = "spade.environments.runtime"
+VALIDATOR_MODULE = "spade.environments.validator"
 
 _log = logging.getLogger(__name__)
 
@@ -569,7 +574,8 @@ class SandboxPool:
     """Worker flags shared by every backend."""
     paths = self._host_sys_paths if self.backend == "none" else self._sys_paths
     args = [f"--sys-path={p}" for p in paths]
-    args += [f"--preload={m}" for m in self.preload + _PRELOAD_ALWAYS]
+    args += [f"--preload={m}" for m in self.preload]
+    args += [f"--runtime={RUNTIME_MODULE}", f"--validator={VALIDATOR_MODULE}"]
     args += [
         f"--memory-mb={self.memory_mb}",
         f"--nproc={self.nproc}",

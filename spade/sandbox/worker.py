@@ -44,6 +44,7 @@ import argparse
 import collections
 import fcntl
 import gc
+import importlib
 import json
 import math
 import mmap
@@ -466,7 +467,7 @@ class _Program:
 
   def _load(self, index, source):
     """Loads the program once; later creates reuse its class or its error."""
-    from spade.environments import runtime  # pylint: disable=g-import-not-at-top
+    runtime = _module("runtime")
 
     def load():
       try:
@@ -500,7 +501,7 @@ class _Program:
     cls = self.cls
     self.rng[inst] = self.pristine
     kwargs = item.get("kwargs") or {}
-    from spade.environments import runtime  # pylint: disable=g-import-not-at-top
+    runtime = _module("runtime")
 
     # The reference's rule: cls(), then cls(max_turns=...) on a TypeError.
     ok, value = self._run(index, inst, lambda: runtime.instantiate(cls, kwargs))
@@ -667,6 +668,19 @@ def _step(env, action):
   }
 
 
+# The names of the program runtime and validator modules (`--runtime`,
+# `--validator`), imported in `main` before any fork.
+_MODULES = {
+    "runtime": "spade.environments.runtime",
+    "validator": "spade.environments.validator",
+}
+
+
+def _module(kind):
+  """The runtime or validator module the host named (already imported)."""
+  return importlib.import_module(_MODULES[kind])
+
+
 def _program_server(rfd, wfd, beat, opts):
   """Child entry point: serves one program's episodes until end of input."""
   _Program(rfd, wfd, beat, opts).serve()
@@ -675,9 +689,7 @@ def _program_server(rfd, wfd, beat, opts):
 def _validate_child(wfd, source, options, limit):
   """Child: runs the validator once and reports its verdict."""
   try:
-    from spade.environments import validator  # pylint: disable=g-import-not-at-top
-
-    verdict = validator.validate_program(source, **options)
+    verdict = _module("validator").validate_program(source, **options)
   except BaseException as e:  # pylint: disable=broad-except
     if isinstance(e, SystemExit):
       os._exit(e.code if isinstance(e.code, int) else 1)
@@ -1442,6 +1454,9 @@ def _parse(argv):
   p.add_argument("--isolate", action="store_true")
   p.add_argument("--sys-path", action="append", default=[])
   p.add_argument("--preload", action="append", default=[])
+  # The program runtime and validator modules (see pool.RUNTIME_MODULE).
+  p.add_argument("--runtime", default="spade.environments.runtime")
+  p.add_argument("--validator", default="spade.environments.validator")
   p.add_argument("--workdir", default="/tmp")
   p.add_argument("--base-uid", type=int, default=10000)
   p.add_argument("--memory-mb", type=int, default=1024)
@@ -1483,7 +1498,8 @@ def main(argv=None):
         pass
   worker = Worker(opts, proto_in, proto_out)
   errors = {}
-  for name in opts.preload:
+  _MODULES.update(runtime=opts.runtime, validator=opts.validator)
+  for name in opts.preload + [opts.runtime, opts.validator]:
     try:
       __import__(name)
       worker.preloaded.append(name)
