@@ -71,6 +71,11 @@ def _parse(argv):
   p.add_argument("--designs", type=int, default=32)
   p.add_argument("--batch", type=int, default=8, help="designs per call")
   p.add_argument("--max_new_tokens", type=int, default=1536)
+  p.add_argument(
+      "--prefill_chunk", type=int, default=128,
+      help="prompt columns per prefill step (memory: batch 32 at 512 did not"
+      " fit 24 GB)",
+  )  # fmt: skip
   p.add_argument("--temperature", type=float, default=None)
   p.add_argument("--top_p", type=float, default=None)
   p.add_argument("--top_k", type=int, default=None)
@@ -142,6 +147,7 @@ def main(argv=None) -> None:
       *transformer.sampling_fns(config.model, transformer.Role.DESIGNER),
       pad_id=tokenizer.pad_id,
       stop_ids=tuple(tokenizer.stop_ids),
+      prefill_chunk=args.prefill_chunk,
   )
   _log(f"model ready in {time.perf_counter() - start:.0f}s")
 

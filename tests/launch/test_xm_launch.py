@@ -341,6 +341,7 @@ def test_runlocal_builds_and_shards_on_8_cpu_devices():
 
 def test_xm_requirements_when_xmanager_is_installed():
   from xmanager import xm  # the [launch] extra, which the test setup installs
+
   plan = xl.build_jobs(
       "configs/tiny.py", [], xl.parse_tpu("v5p-32"), "gs://b/r", validate=False
   )
