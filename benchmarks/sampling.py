@@ -5,7 +5,12 @@ One run measures, on the same GGUF weights in float32:
 * decode tokens/s at batch 1, 8 and 32 (greedy, an 8-token prompt, no stop
   tokens so every row decodes `--new_tokens`; tokens/s = batch * new tokens /
   wall time of the call, compilation excluded by a warm-up call);
-* the time to prefill a 512-token prompt (batch 1, one new token).
+* the time to prefill a 512-token prompt (batch 1, one new token);
+* this machine's bounds, measured in the same run (a 256 MiB copy, a 2048^3
+  float32 matmul), and our decode speed as a fraction of the bound that
+  applies: `b8_roofline_frac` = batch-8 tok/s over 8 x copy bandwidth /
+  weight bytes read per step (weight streaming), `b32_compute_frac` =
+  batch-32 tok/s over matmul peak / FLOPs per token.
 
 SPADE side: `spade.sampling.sampler.Sampler` over
 `spade.model.transformer.sampling_fns`. Reference: transformers'
@@ -25,6 +30,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from spade import config as config_lib
@@ -138,6 +144,47 @@ def bench_hf(path: str, new_tokens: int, threads: int) -> dict[str, float]:
   return out
 
 
+def machine_bounds() -> dict[str, float]:
+  """This machine's copy bandwidth and float32 matmul peak, measured now.
+
+  copy_gb_s counts the bytes read plus the bytes written by a 256 MiB copy
+  (the brief's "copy bandwidth"); matmul_gflop_s is the best of a 2048^3
+  jitted float32 matmul. Both on all cores, like the sampler.
+  """
+  x = np.ones(64 << 20, np.float32)
+  y = np.empty_like(x)
+  copy = _timed(lambda: np.copyto(y, x), repeats=5)
+  a = jnp.ones((2048, 2048), jnp.float32)
+  matmul = jax.jit(lambda a: a @ a)
+  mm = _timed(lambda: matmul(a).block_until_ready(), repeats=5)
+  return {
+      "copy_gb_s": 2 * x.nbytes / copy / 1e9,
+      "matmul_gflop_s": 2 * 2048**3 / mm / 1e9,
+  }
+
+
+def decode_bytes_and_flops(config) -> tuple[float, float]:
+  """Bytes of weights one decode step must read, and FLOPs per token.
+
+  A step reads every layer weight, the final norm and the one head it
+  samples; the input embedding is only gathered (a row per token). FLOPs per
+  token are 2 per weight read (attention over this benchmark's <= 40-token
+  contexts adds under 1%).
+  """
+  m = transformer.ModelConfig.from_config(config.model)
+  params = jax.eval_shape(
+      lambda: transformer.init_params(config.model, jax.random.PRNGKey(0))
+  )
+  itemsize = np.dtype(m.param_dtype).itemsize
+  read = 0
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    names = [getattr(p, "key", str(p)) for p in path]
+    if names[0] == "embedder" or names[:2] == ["heads", "designer"]:
+      continue
+    read += int(np.prod(leaf.shape))
+  return float(read * itemsize), float(2 * read)
+
+
 def main() -> None:
   """Runs both sides and prints the key=value summary last."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -146,7 +193,25 @@ def main() -> None:
   parser.add_argument("--torch_threads", type=int, default=os.cpu_count())
   args = parser.parse_args()
   config = _config()
+  bounds = machine_bounds()
+  _log(
+      f"machine: copy {bounds['copy_gb_s']:.1f} GB/s, float32 matmul"
+      f" {bounds['matmul_gflop_s']:.0f} GFLOP/s"
+  )
   results = bench_spade(config, args.new_tokens)
+  # Decode at batch 8 is bound by streaming the weights once per step; at
+  # batch 32 by the matmul FLOPs.
+  weight_bytes, flops_per_token = decode_bytes_and_flops(config)
+  b8_bound = 8 * bounds["copy_gb_s"] * 1e9 / weight_bytes
+  b32_bound = bounds["matmul_gflop_s"] * 1e9 / flops_per_token
+  results["b8_roofline_frac"] = results["spade_b8_tok_s"] / b8_bound
+  results["b32_compute_frac"] = results["spade_b32_tok_s"] / b32_bound
+  results.update(bounds)
+  _log(
+      f"bounds: batch 8 {b8_bound:.0f} tok/s ({weight_bytes / 1e9:.2f} GB of"
+      f" weights per step), batch 32 {b32_bound:.0f} tok/s"
+      f" ({flops_per_token / 1e9:.2f} GFLOP per token)"
+  )
   if not args.skip_hf:
     path = gguf_files.gemma3_270m_path()
     results.update(bench_hf(path, args.new_tokens, args.torch_threads))
