@@ -1131,12 +1131,14 @@ class SamplingFns(NamedTuple):
   tokens_to_logits(params, tokens, positions, input_mask, cache, cache_index)
   -> (float32 logits [B, V] of the LAST position, new cache), on parameters
   in the decoding layout that `prepare_params` makes once per call from the
-  model's own (stacked) layout; init_cache(batch, length) -> cache.
+  model's own (stacked) layout; init_cache(batch, length) -> cache;
+  share_prefix: the granularity of prefix sharing the cache allows (0: none).
   """
 
   tokens_to_logits: Callable[..., tuple[Array, Cache]]
   init_cache: Callable[[int, int], Cache]
   prepare_params: Callable[[Params], Params]
+  share_prefix: int
 
 
 def sampling_fns(model_config, role: Role) -> SamplingFns:
@@ -1172,7 +1174,12 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
   def prepare_params(params: Params) -> Params:
     return to_per_layer_layout(params, cfg) if per_layer else params
 
-  return SamplingFns(tokens_to_logits, make_cache, prepare_params)
+  # A prefix shared by a batch is prefilled once (`Sampler.share_prefix`,
+  # in multiples of 64 tokens) when no layer keeps a ring buffer: the rows'
+  # suffixes are left-padded after it, and padding written into a sliding
+  # window's ring would evict keys the row still sees.
+  share = 64 if cfg.sliding_window == 0 else 0
+  return SamplingFns(tokens_to_logits, make_cache, prepare_params, share)
 
 
 def _stack_leaves(*leaves):

@@ -69,6 +69,9 @@ class SampleOutput:
   logprobs: np.ndarray  # float32[B, max_new_tokens]
   lengths: np.ndarray  # int32[B]
   finished: np.ndarray  # bool[B]
+  # Prompt tokens common to every row that were prefilled once for the batch
+  # (0 when none was shared): the prefill saved (B - 1) x this many tokens.
+  shared_prefix: int = 0
 
 
 def left_pad(
@@ -91,6 +94,21 @@ def left_pad(
     out[i, length - len(row) :] = row
     lengths[i] = len(row)
   return out, lengths
+
+
+def _tile_rows(one: Array, full: Array) -> Array:
+  """A batch-1 cache entry repeated along the axis where `full` has B rows.
+
+  Model-agnostic: the batch axis is the one whose size differs; entries that
+  merge rows with heads (`[B * kv_heads, ...]`) hold each row's heads
+  together, so repeating the whole batch-1 block is the row-major copy.
+  """
+  if one.shape == full.shape:
+    return one
+  (axis,) = [i for i, (a, b) in enumerate(zip(one.shape, full.shape)) if a != b]
+  reps = [1] * one.ndim
+  reps[axis] = full.shape[axis] // one.shape[axis]
+  return jnp.tile(one, reps).astype(full.dtype)
 
 
 def bucket(n: int, minimum: int = 8) -> int:
@@ -169,6 +187,13 @@ class Sampler:
     prepare_params: params -> the parameters `tokens_to_logits` takes, run
       once per call inside the compiled function (e.g. a decoding layout);
       None passes them as given.
+    share_prefix: when every row's prompt starts with the same tokens, the
+      longest such prefix rounded down to a multiple of this (0 = never) is
+      prefilled once at batch 1 and its cache copied to every row; only the
+      rows' own suffixes are prefilled per row (designer prompts share their
+      contract and example program). The suffixes are left-padded after the
+      prefix, so the cache must keep every written slot (no ring buffers);
+      `sampling_fns` sets it only for such models. Not under a mesh.
     pad_id: written after a row ends.
     stop_ids: a row ends after emitting one of these (it is kept in tokens).
     mesh: optional mesh; with it, inputs are batch-sharded and the model's
@@ -184,6 +209,7 @@ class Sampler:
   tokens_to_logits: Callable[..., tuple[Array, Any]]
   init_cache: Callable[[int, int], Any]
   prepare_params: Callable[[Any], Any] | None = None
+  share_prefix: int = 0
   _: dataclasses.KW_ONLY
   pad_id: int
   stop_ids: tuple[int, ...] = ()
@@ -256,8 +282,12 @@ class Sampler:
       if limits.shape != (b,):
         raise ValueError(f"row_max_new_tokens must have shape ({b},)")
     greedy = temperature == 0
+    prefix, prompts, prompt_lengths = self._split_prefix(
+        prompts, prompt_lengths
+    )
     args = (
         params,
+        prefix,
         prompts,
         prompt_lengths,
         limits,
@@ -285,10 +315,10 @@ class Sampler:
         )
       # Every process holds the same global host arrays (multi-host SPMD);
       # each places only its addressable shards.
-      args = args[:1] + tuple(
+      args = args[:2] + tuple(
           jax.make_array_from_callback(a.shape, s, lambda i, a=a: a[i])
-          for a, s in zip(args[1:4], (grid, rows, rows))
-      ) + args[4:]  # fmt: skip
+          for a, s in zip(args[2:5], (grid, rows, rows))
+      ) + args[5:]  # fmt: skip
       with sharding.use_rules(self.mesh, rules):
         out = self._compiled(*args, **static)
     tokens, logprobs, lengths, finished = jax.device_get(out)
@@ -297,9 +327,36 @@ class Sampler:
         logprobs=np.asarray(logprobs),
         lengths=np.asarray(lengths),
         finished=np.asarray(finished),
+        shared_prefix=0 if prefix is None else prefix.shape[1],
     )
 
-  def _prefill(self, params, prompts, positions, input_mask, cache):
+  def _split_prefix(self, prompts: np.ndarray, lengths: np.ndarray):
+    """(prefix[1, P] or None, the rows' suffixes left-padded, their lengths).
+
+    P is the longest prefix every row's real tokens start with, leaving each
+    row at least one token of its own, rounded down to a multiple of
+    `share_prefix`; None when that is 0, for one row, or under a mesh.
+    """
+    b, length = prompts.shape
+    unit = self.share_prefix
+    if unit <= 0 or b < 2 or self.mesh is not None:
+      return None, prompts, lengths
+    shortest = int(lengths.min())
+    first = prompts[0, length - lengths[0] :][: shortest - 1]
+    same = np.ones(len(first), bool)
+    for i in range(1, b):
+      row = prompts[i, length - lengths[i] :][: len(first)]
+      same &= row == first
+    common = len(first) if same.all() else int(np.argmin(same))
+    p = common // unit * unit
+    if p == 0:
+      return None, prompts, lengths
+    rest = [prompts[i, length - lengths[i] + p :].tolist() for i in range(b)]
+    width = bucket(max(len(r) for r in rest))
+    suffixes, suffix_lengths = left_pad(rest, width, self.pad_id)
+    return first[None, :p].astype(np.int32), suffixes, suffix_lengths
+
+  def _prefill(self, params, prompts, positions, input_mask, cache, offset=0):
     """Writes the prompts into the cache, `prefill_chunk` columns at a time.
 
     The columns before the last whole chunks (mostly left padding) go first,
@@ -313,7 +370,7 @@ class Sampler:
     if head:
       logits, cache = self.tokens_to_logits(
           params, prompts[:, :head], positions[:, :head],
-          input_mask[:, :head], cache, jnp.int32(0),
+          input_mask[:, :head], cache, jnp.int32(offset),
       )  # fmt: skip
     if not n:
       return logits, cache
@@ -327,14 +384,14 @@ class Sampler:
 
       return self.tokens_to_logits(
           params, cols(prompts), cols(positions), cols(input_mask), cache,
-          start,
+          offset + start,
       )  # fmt: skip
 
     if logits is None:  # the loop's carry needs the logits' type
       logits = jax.eval_shape(
           lambda c: self.tokens_to_logits(
               params, prompts[:, :chunk], positions[:, :chunk],
-              input_mask[:, :chunk], c, jnp.int32(0),
+              input_mask[:, :chunk], c, jnp.int32(offset),
           )[0],
           cache,
       )  # fmt: skip
@@ -344,6 +401,7 @@ class Sampler:
   def _generate(
       self,
       params,
+      prefix,
       prompts,
       prompt_lengths,
       limits,
@@ -366,14 +424,29 @@ class Sampler:
         temperature=temperature,
         top_p=top_p,
     )
+    if self.prepare_params is not None:
+      params = self.prepare_params(params)
+    shared = 0 if prefix is None else prefix.shape[1]
     col = jnp.arange(length, dtype=jnp.int32)[None, :]
     pad = (length - prompt_lengths)[:, None]
     input_mask = col >= pad
-    positions = jnp.maximum(col - pad, 0)
-    if self.prepare_params is not None:
-      params = self.prepare_params(params)
-    cache = self.init_cache(b, length + max_new_tokens)
-    logits, cache = self._prefill(params, prompts, positions, input_mask, cache)
+    positions = shared + jnp.maximum(col - pad, 0)
+    size = shared + length + max_new_tokens
+    cache = self.init_cache(b, size)
+    if shared:
+      # The common prefix once, at batch 1; its cache copied to every row.
+      one = jnp.ones((1, shared), bool)
+      _, head = self._prefill(
+          params, prefix, jnp.arange(shared)[None], one,
+          self.init_cache(1, size),
+      )  # fmt: skip
+      cache = jax.tree.map(_tile_rows, head, cache)
+    logits, cache = self._prefill(
+        params, prompts, positions, input_mask, cache, shared
+    )
+    # From here on the rows' prompts are `shared` tokens longer.
+    prompt_lengths = prompt_lengths + shared
+    length += shared
 
     def record(state, step, tok, logp):
       tokens, logprobs, lengths, done = state

@@ -257,3 +257,37 @@ def test_chunked_prefill_samples_what_one_prefill_samples(setup, chunk):
     out = _run(chunked, params, temperature=temperature)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("scan_decode", [False, True])
+def test_shared_prefix_samples_what_the_unshared_batch_samples(scan_decode):
+  """Rows that start alike: their common prefix (9 tokens, shared as 8 with
+  share_prefix=4) is prefilled once and copied to every row; tokens and
+  log-probs are those of the batch prefilled row by row, greedy and sampled,
+  per-layer and scanned caches, on a model whose layers are all global."""
+  cfg = _cfg()
+  cfg.update(scan_decode=scan_decode, sliding_window=0)
+  params = T.init_params(cfg, jax.random.key(0))
+  common = [BOS, 11, 12, 13, 14, 15, 16, 17, 18]
+  rows = [common + [5, 6, 7], common + [100], common + [3, 4, 5, 9, 9], common]
+  fns = T.sampling_fns(cfg, T.Role.AGENT)
+  assert fns.share_prefix == 64
+  plain = S.Sampler(*fns._replace(share_prefix=0), pad_id=PAD)
+  shared = S.Sampler(*fns._replace(share_prefix=4), pad_id=PAD, prefill_chunk=3)
+  for temperature in (0.0, 1.0):
+    kw = dict(
+        max_new_tokens=NEW, rng=jax.random.key(3), temperature=temperature
+    )
+    ref = plain(params, rows, **kw)
+    out = shared(params, rows, **kw)
+    assert (ref.shared_prefix, out.shared_prefix) == (0, 8)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.lengths, ref.lengths)
+    np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
+  # Nothing in common beyond BOS: nothing is shared.
+  assert shared(params, ROWS, **kw).shared_prefix == 0
+
+
+def test_sliding_window_models_do_not_share_prefixes():
+  # Left padding after a shared prefix would evict ring-buffer keys.
+  assert T.sampling_fns(_cfg(), T.Role.AGENT).share_prefix == 0
