@@ -251,7 +251,8 @@ class _Live:
 
   def fail(self, res: dict) -> None:
     self.done, self.env_failed = True, True
-    self.error = f"{res.get('reason')}: {str(res.get('message'))[:500]}"
+    failure = _failure(res)
+    self.error = f"{failure['reason']}: {failure['message']}"
 
   def freeze(self) -> episodes_lib.Episode:
     return episodes_lib.Episode(
