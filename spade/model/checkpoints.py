@@ -220,13 +220,17 @@ def gguf_params(path: str, model_config, kind: str) -> dict[str, Any]:
   return params
 
 
-def initial_params(config, rng=None):
+def initial_params(config, rng=None, mesh=None, rules=()):
   """Returns the initial parameters for `config` (see module docstring).
 
   Args:
     config: the full config.
     rng: a `jax.random` key for the scratch init; defaults to
       `PRNGKey(config.seed)`. Ignored for checkpoints.
+    mesh: place every checkpoint tensor in its shards on this mesh as it is
+      read (no device holds a whole copy); None: the default device. A
+      scratch init under a mesh is `sharding.init_sharded_params`.
+    rules: `config.mesh.rules`, with `mesh`.
 
   Returns:
     The parameter tree as jax arrays of `config.model.param_dtype`.
@@ -246,7 +250,7 @@ def initial_params(config, rng=None):
   # Hugging Face directories; GGUF files through their converted copy.
   from spade.model import hf_checkpoints  # pylint: disable=g-import-not-at-top
 
-  return hf_checkpoints.load_checkpoint(config)
+  return hf_checkpoints.load_checkpoint(config, mesh, rules)
 
 
 def _to_jax_in_place(tree: dict[str, Any], dtype) -> None:

@@ -59,7 +59,10 @@ class Engine:
           config.model, rng, self.mesh, self.rules
       )
     else:
-      params = model_checkpoints.initial_params(config, rng)
+      # Each tensor placed in its shards as it is read.
+      params = model_checkpoints.initial_params(
+          config, rng, self.mesh, self.rules
+      )
     self.optimizer = state_lib.make_optimizer(config.optim)
     self.state = state_lib.create_state(
         params,

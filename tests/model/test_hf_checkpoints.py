@@ -356,6 +356,39 @@ def test_hf_kind_through_initial_params(qwen3_dir):
   params = checkpoints.initial_params(config)
   direct = hf_checkpoints.hf_params(qwen3_dir, config.model)
   jax.tree.map(np.testing.assert_array_equal, params, direct)
+  # On a mesh every tensor arrives in its shards (the engine's start).
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 4, 2
+  mesh = sharding.make_mesh(config.mesh)
+  placed = checkpoints.initial_params(config, None, mesh, config.mesh.rules)
+  table = placed["heads"]["agent"]["unembedding"]
+  assert table.addressable_shards[0].data.size < table.size
+  jax.tree.map(np.testing.assert_array_equal, placed, direct)
+
+
+def test_engine_reads_its_checkpoint_onto_its_mesh(qwen3_dir, monkeypatch):
+  """The engine hands its mesh to the loader, so no device ever receives a
+  whole checkpoint (before, every tensor landed on device 0 first)."""
+  from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
+
+  seen = []
+  real = hf_checkpoints.load_checkpoint
+
+  def spy(config, mesh=None, rules=()):
+    seen.append(mesh)
+    return real(config, mesh, rules)
+
+  monkeypatch.setattr(hf_checkpoints, "load_checkpoint", spy)
+  config = config_lib.base_config()
+  derived = hf_checkpoints.model_config_from_hf(
+      hf_checkpoints.text_config(_hf_config("qwen3"))
+  )
+  config.model.update(
+      {k: v for k, v in derived.items() if not k.startswith("_")}
+  )
+  config.checkpoint.kind, config.checkpoint.path = "hf", qwen3_dir
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 4, 2
+  engine = engine_lib.Engine(config)
+  assert len(seen) == 1 and seen[0] is engine.mesh
 
 
 def test_qwen3_shapes_match_the_published_sizes():
