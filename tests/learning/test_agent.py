@@ -80,12 +80,22 @@ SABOTAGE = {
 }
 
 
-def run(sabotage: str | None = None, iterations: int = ITERATIONS, seed=0):
+def run(
+    sabotage: str | None = None,
+    iterations: int = ITERATIONS,
+    seed=0,
+    advantage: str | None = None,
+):
   """Trains the agent head; returns the behaviour's rate before and after.
 
   The rate is measured on `EVAL_SAMPLES` fresh samples over all prompts.
+  `advantage` is `regret.agent_advantage` ("center", the reference's and the
+  default, or "normalize"); None takes the config's.
   """
   c = _config()
+  if advantage is not None:
+    c.regret.agent_advantage = advantage
+  normalize = c.regret.agent_advantage == "normalize"
   mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
   params = transformer.init_params(c.model, jax.random.PRNGKey(seed))
   optimizer = state_lib.make_optimizer(c.optim)
@@ -124,8 +134,9 @@ def run(sabotage: str | None = None, iterations: int = ITERATIONS, seed=0):
     group = np.repeat(np.arange(PROMPTS), SAMPLES)
     adv = np.asarray(
         advantages_lib.group_advantages(
-            r.astype(np.float32), group, np.ones(len(r), bool)
-        )
+            r.astype(np.float32), group, np.ones(len(r), bool),
+            normalize=normalize,
+        )  # fmt: skip
     )
     rows = [
         batching.Row(
@@ -162,12 +173,14 @@ def test_sabotaged_updates_do_not_learn_it(honest, sabotage):
 if __name__ == "__main__":
   import sys  # pylint: disable=g-import-not-at-top
 
-  for name in sys.argv[1:] or SABOTAGE:
-    name = None if name == "honest" else name
+  # Arguments: run names (honest, negated, mask_early, mask_late), each
+  # optionally with :center or :normalize (regret.agent_advantage).
+  for arg in sys.argv[1:] or SABOTAGE:
+    name, _, adv = (arg or "honest").partition(":")
     t0, cpu0 = time.time(), time.process_time()
-    res = run(name)
+    res = run(None if name == "honest" else name, advantage=adv or None)
     print(
-        f"{name or 'honest'}: start={res['start']:.3f} end={res['end']:.3f}"
+        f"{arg or 'honest'}: start={res['start']:.3f} end={res['end']:.3f}"
         f" ({time.time() - t0:.0f} s, {time.process_time() - cpu0:.0f} s"
         " CPU)",
         " ".join(f"{h:.2f}" for h in res["history"]),

@@ -56,15 +56,23 @@ def _config():
 
 
 def run(
-    iterations: int = ITERATIONS, seed: int = 0, learning_rate: float = 3e-4
+    iterations: int = ITERATIONS,
+    seed: int = 0,
+    learning_rate: float = 3e-4,
+    advantage: str | None = None,
 ) -> dict:
   """Warm start, then designer RL; returns the valid share per iteration.
 
   The policy update runs at `learning_rate`, below the warm start's: Adam's
   first steps move every parameter by about the learning rate whatever its
   gradient, and at 3e-3 that alone garbles the memorised programs.
+  `advantage` is `regret.designer_advantage` ("center", the reference's and
+  the default, or "normalize"); None takes the config's.
   """
   c = _config()
+  if advantage is not None:
+    c.regret.designer_advantage = advantage
+  normalize = c.regret.designer_advantage == "normalize"
   tok = tokenizer_lib.ByteTokenizer()
   mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
   model = transformer.build_model(c.model)
@@ -130,6 +138,7 @@ def run(
               rewards.astype(np.float32),
               np.zeros(DESIGNS, np.int32),
               np.ones(DESIGNS, bool),
+              normalize=normalize,
           )
       )
       rows = [
@@ -164,7 +173,11 @@ if __name__ == "__main__":
   import sys  # pylint: disable=g-import-not-at-top
 
   t0, cpu0 = time.time(), time.process_time()
-  res = run(**{k: float(v) for k, v in (a.split("=") for a in sys.argv[1:])})
+  # key=value arguments: iterations, seed, learning_rate, advantage (center
+  # or normalize, regret.designer_advantage).
+  kwargs = dict(a.split("=") for a in sys.argv[1:])
+  types = {"iterations": int, "seed": int, "learning_rate": float}
+  res = run(**{k: types.get(k, str)(v) for k, v in kwargs.items()})
   print(
       res,
       f"({time.time() - t0:.0f} s, {time.process_time() - cpu0:.0f} s CPU)",
