@@ -190,10 +190,11 @@ class Sampler:
     share_prefix: when every row's prompt starts with the same tokens, the
       longest such prefix rounded down to a multiple of this (0 = never) is
       prefilled once at batch 1 and its cache copied to every row; only the
-      rows' own suffixes are prefilled per row (designer prompts share their
-      contract and example program). The suffixes are left-padded after the
-      prefix, so the cache must keep every written slot (no ring buffers);
-      `sampling_fns` sets it only for such models. Not under a mesh.
+      rows' own suffixes are prefilled per row (a batch of one prompt's
+      samples, or prompts with a common head). The suffixes are left-padded
+      after the prefix, so the cache must keep every written slot (no ring
+      buffers); `sampling_fns` sets it only for such models. Not under a
+      mesh.
     pad_id: written after a row ends.
     stop_ids: a row ends after emitting one of these (it is kept in tokens).
     mesh: optional mesh; with it, inputs are batch-sharded and the model's
