@@ -170,7 +170,9 @@ class TextGenerator:
     batch = rows if rows >= n else shapes.bucket(n)
     batch = shapes.round_up(max(batch, self.batch_shards), self.batch_shards)
     pad = int(self.tokenizer.pad_id)
-    filler = [[pad]] * (batch - n)
+    # Filler rows repeat the last prompt: they cost the same padded prefill
+    # as a one-token row and keep a prefix the real rows share shareable.
+    filler = [prompts[-1]] * (batch - n)
     length = shapes.bucket(longest, minimum=min_length, cap=room)
     tokens, lengths = sampler_lib.left_pad(prompts + filler, length, pad)
     out = self.sampler(role)(
