@@ -768,20 +768,32 @@ class _Group(nn.Module):
       block = nn.remat(
           Block, policy=REMAT_POLICIES[self.cfg.remat], prevent_cse=False
       )
-    new_cache = None if cache is None else dict(cache)
-    for j, is_global in enumerate(self.kinds):
-      name = f"block_{j}"
-      x, layer_cache = block(self.cfg, is_global, name=name)(
-          x,
-          positions,
-          key_pos,
-          None if cache is None else cache[name],
-          cache_index,
-          index,
-      )
-      if cache is not None:
-        new_cache[name] = layer_cache
+    layers = [(f"block_{j}", g) for j, g in enumerate(self.kinds)]
+    x, new_cache = _run_blocks(
+        block, self.cfg, layers, x, positions, key_pos, cache, cache_index,
+        index,
+    )  # fmt: skip
     return (x, new_cache), None
+
+
+def _run_blocks(
+    block, cfg, layers, x, positions, key_pos, cache, cache_index, index
+):
+  """Runs `block` layers in order, (name, is_global) each, under the calling
+  module; layer `name` reads and writes `cache[name]`. Returns (x, cache)."""
+  new_cache = None if cache is None else dict(cache)
+  for name, is_global in layers:
+    x, layer_cache = block(cfg, is_global, name=name)(
+        x,
+        positions,
+        key_pos,
+        None if cache is None else cache[name],
+        cache_index,
+        index,
+    )
+    if cache is not None:
+      new_cache[name] = layer_cache
+  return x, new_cache
 
 
 def _stack(
@@ -886,18 +898,10 @@ class Transformer(nn.Module):
       block = Block
       if remat:
         block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat])
-      for i in range(cfg.num_layers):
-        name = f"layer_{i}"
-        x, layer_cache = block(cfg, cfg.is_global(i), name=name)(
-            x,
-            positions,
-            key_pos,
-            None if cache is None else cache[name],
-            cache_index,
-            None,
-        )
-        if cache is not None:
-          new_cache[name] = layer_cache
+      layers = [(f"layer_{i}", cfg.is_global(i)) for i in range(cfg.num_layers)]
+      x, new_cache = _run_blocks(
+          block, cfg, layers, x, positions, key_pos, cache, cache_index, None
+      )
     for name, first, length, size in [] if self.per_layer else cfg.stacks():
       (x, stack_cache), _ = _stack(cfg, name, first, length, size, remat)(
           (x, None if cache is None else cache[name]),
