@@ -12,7 +12,7 @@ try the shape on CPU (8 fake devices, tiny model, same mesh axes):
   python -m spade.main --config=configs/gemma3_1b_tpu.py:runlocal \
       --workdir=/tmp/gemma3_1b_runlocal
 
-This file also holds the table of Gemma 3 shapes and the pod settings that
+This file also holds the pod settings that
 `gemma3_4b_tpu.py`, `gemma3_12b_tpu.py` and `gemma3_27b_tpu.py` use, so the
 four sizes cannot drift apart.
 
@@ -25,60 +25,13 @@ Rollouts follow the reference implementation: 24 environments an iteration,
 """
 
 from spade import config as config_lib
-
-# Gemma 3 text decoder shapes (the published model cards and llama.cpp's
-# GGUF metadata): layers, embed, heads, kv heads, head dim, MLP, local window,
-# query_pre_attn_scalar. 27B scales queries by embed/heads=168, not head_dim.
-SHAPES = {
-    "1b": dict(
-        num_layers=26,
-        embed_dim=1152,
-        num_heads=4,
-        num_kv_heads=1,
-        head_dim=256,
-        mlp_dim=6912,
-        sliding_window=512,
-        query_scale=256.0,
-    ),
-    "4b": dict(
-        num_layers=34,
-        embed_dim=2560,
-        num_heads=8,
-        num_kv_heads=4,
-        head_dim=256,
-        mlp_dim=10240,
-        sliding_window=1024,
-        query_scale=256.0,
-    ),
-    "12b": dict(
-        num_layers=48,
-        embed_dim=3840,
-        num_heads=16,
-        num_kv_heads=8,
-        head_dim=256,
-        mlp_dim=15360,
-        sliding_window=1024,
-        query_scale=256.0,
-    ),
-    "27b": dict(
-        num_layers=62,
-        embed_dim=5376,
-        num_heads=32,
-        num_kv_heads=16,
-        head_dim=128,
-        mlp_dim=21504,
-        sliding_window=1024,
-        query_scale=168.0,
-    ),
-}
+from spade.model import transformer
 
 # Parameter sharding per size: (fsdp, tensor). fsdp grows with the model so
 # float32 params + Adam moments (16 bytes/param) stay a few GB per chip;
 # tensor parallelism starts at 12B, where one layer's MLP no longer fits the
 # per-chip budget comfortably. Smallest slice: fsdp * tensor chips.
 MESH = {"1b": (4, 1), "4b": (8, 1), "12b": (16, 4), "27b": (16, 8)}
-
-VOCAB_SIZE = 262_144
 
 
 def gemma3_tpu_config(size: str, arg: str | None = None):
@@ -93,8 +46,8 @@ def gemma3_tpu_config(size: str, arg: str | None = None):
   Returns:
     A `ConfigDict` that passes `spade.config.validate`.
   """
-  if size not in SHAPES:
-    raise ValueError(f"unknown Gemma 3 size {size!r}; one of {sorted(SHAPES)}")
+  if size not in MESH:
+    raise ValueError(f"unknown Gemma 3 size {size!r}; one of {sorted(MESH)}")
   if arg not in (None, "", "runlocal"):
     raise ValueError(
         f"configs/gemma3_{size}_tpu.py has no variant {arg!r} (try 'runlocal')"
@@ -103,19 +56,10 @@ def gemma3_tpu_config(size: str, arg: str | None = None):
   c.num_iterations = 200
 
   m = c.model
-  m.family = "gemma3"
-  m.vocab_size = VOCAB_SIZE
-  for key, value in SHAPES[size].items():
-    m[key] = value
-  m.global_every = 6  # five local layers, then one global
-  m.rope_local_base = 10_000.0
-  m.rope_global_base = 1_000_000.0
-  m.qk_norm = True
-  m.qkv_bias = False
-  m.mlp_activation = "gelu"
-  m.tie_embeddings = True
-  m.scale_embeddings = True
-  m.norm_eps = 1e-6
+  # The published shapes (spade.model.transformer's table): five local
+  # layers then one global, linear RoPE scaling 8 on the global layers of
+  # 4B and up.
+  m.update(transformer.gemma3_shapes(size))
   m.max_len = 8192
   m.dtype = "bfloat16"
   # Float32 master weights: bfloat16 updates at lr ~1e-6 round to nothing.

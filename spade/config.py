@@ -49,6 +49,9 @@ def base_config() -> ConfigDict:
   c.model.global_every = 6  # every Nth layer is global (Gemma 3: 6)
   c.model.rope_local_base = 10_000.0
   c.model.rope_global_base = 1_000_000.0
+  # Linear RoPE scaling of the global layers (frequencies divided by it);
+  # Gemma 3 4B, 12B and 27B use 8, as their Hugging Face configs say.
+  c.model.rope_global_scale = 1.0
   c.model.query_scale = 0.0  # 0: 1/sqrt(head_dim)
   c.model.qk_norm = True
   c.model.qkv_bias = False

@@ -133,6 +133,11 @@ def check_config(reader, model_config, path: str, kind: str) -> None:
       "head_dim": q_out // heads,
       "mlp_dim": mlp,
   }
+  if gguf_files.field(reader, f"{arch}.rope.scaling.type") == "linear":
+    # llama.cpp writes Gemma 3 4B+'s linear scaling of the global layers.
+    expected["rope_global_scale"] = float(
+        gguf_files.field(reader, f"{arch}.rope.scaling.factor", 1.0)
+    )
   for key, value in expected.items():
     have = _model_value(model_config, key)
     if have != value:

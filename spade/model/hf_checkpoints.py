@@ -270,8 +270,8 @@ def model_config_from_hf(hf: dict[str, Any], path: str = "") -> dict[str, Any]:
 
   Raises:
     CheckpointFileError: the checkpoint uses something the model does not
-      implement (RoPE scaling, logit soft-capping, Qwen sliding windows, an
-      unexpected activation).
+      implement (RoPE scaling other than linear on the global layers,
+      logit soft-capping, Qwen sliding windows, an unexpected activation).
   """
   model_type = hf["model_type"]
   family = _FAMILIES[model_type]
@@ -305,6 +305,10 @@ def model_config_from_hf(hf: dict[str, Any], path: str = "") -> dict[str, Any]:
       )
   )
   global_base, global_rest = _rope(hf, "full_attention")
+  global_scale = 1.0
+  if global_rest.get("rope_type") == "linear":  # Gemma 3 4B and up: 8
+    global_scale = float(global_rest["factor"])
+    global_rest = {}
   for name, rest in (("full", global_rest), ("sliding", local_rest)):
     if rest.get("rope_type", "default") != "default":
       unsupported.append(f"{name} attention rope {rest}")
@@ -332,6 +336,7 @@ def model_config_from_hf(hf: dict[str, Any], path: str = "") -> dict[str, Any]:
       else 1,
       rope_local_base=local_base if sliding else global_base,
       rope_global_base=global_base,
+      rope_global_scale=global_scale,
       query_scale=float(hf["query_pre_attn_scalar"])
       if family == "gemma3"
       else 0.0,

@@ -174,6 +174,7 @@ class ModelConfig:
   global_every: int = 6
   rope_local_base: float = 10_000.0
   rope_global_base: float = 1_000_000.0
+  rope_global_scale: float = 1.0
   query_scale: float = 0.0
   qk_norm: bool = True
   qkv_bias: bool = False
@@ -264,14 +265,17 @@ _GEMMA3 = {
     "4b": dict(
         num_layers=34, embed_dim=2560, num_heads=8, num_kv_heads=4,
         head_dim=256, mlp_dim=10240, sliding_window=1024, query_scale=256.0,
+        rope_global_scale=8.0,
     ),
     "12b": dict(
         num_layers=48, embed_dim=3840, num_heads=16, num_kv_heads=8,
         head_dim=256, mlp_dim=15360, sliding_window=1024, query_scale=256.0,
+        rope_global_scale=8.0,
     ),
     "27b": dict(
         num_layers=62, embed_dim=5376, num_heads=32, num_kv_heads=16,
         head_dim=128, mlp_dim=21504, sliding_window=1024, query_scale=168.0,
+        rope_global_scale=8.0,
     ),
 }  # fmt: skip
 
@@ -285,20 +289,22 @@ def gemma3_shapes(name: str) -> dict[str, Any]:
     raise ValueError(
         f"unknown Gemma 3 size {name!r}; choose one of {sorted(_GEMMA3)}"
     )
-  return dict(
+  values = dict(
       family="gemma3",
       vocab_size=262_144,
       global_every=6,
       rope_local_base=10_000.0,
       rope_global_base=1_000_000.0,
+      rope_global_scale=1.0,  # 4B and up: 8 (linear, global layers only)
       qk_norm=True,
       qkv_bias=False,
       mlp_activation="gelu",
       tie_embeddings=True,
       scale_embeddings=True,
       norm_eps=1e-6,
-      **_GEMMA3[name],
   )
+  values.update(_GEMMA3[name])
+  return values
 
 
 def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
@@ -318,6 +324,7 @@ def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
       global_every=1,
       rope_local_base=1_000_000.0,
       rope_global_base=1_000_000.0,
+      rope_global_scale=1.0,
       query_scale=0.0,
       qk_norm=False,
       qkv_bias=True,
@@ -362,6 +369,7 @@ def qwen3_shapes(name: str) -> dict[str, Any]:
       global_every=1,
       rope_local_base=1_000_000.0,
       rope_global_base=1_000_000.0,
+      rope_global_scale=1.0,
       query_scale=0.0,
       qk_norm=True,
       qkv_bias=False,
@@ -400,10 +408,17 @@ class RMSNorm(nn.Module):
     return (y * scale.astype(jnp.float32)).astype(x.dtype)
 
 
-def apply_rope(x: Array, positions: Array, base: float) -> Array:
-  """Rotate-half (GPT-NeoX / HF) RoPE; x: [B, L, N, H], positions: [B, L]."""
+def apply_rope(
+    x: Array, positions: Array, base: float, scale: float = 1.0
+) -> Array:
+  """Rotate-half (GPT-NeoX / HF) RoPE; x: [B, L, N, H], positions: [B, L].
+
+  `scale` > 1 is linear RoPE scaling (Hugging Face's "linear" rope type):
+  every frequency divided by it, as if positions were `scale` times closer.
+  """
   half = x.shape[-1] // 2
   freq = base ** (-np.arange(half, dtype=np.float32) * 2.0 / x.shape[-1])
+  freq = freq / np.float32(scale)
   angle = positions.astype(jnp.float32)[..., None] * jnp.asarray(freq)
   sin = jnp.sin(angle)[:, :, None, :]
   cos = jnp.cos(angle)[:, :, None, :]
@@ -610,13 +625,16 @@ class Attention(nn.Module):
       k = RMSNorm(cfg.norm_eps, pdt, "k_norm", name="k_norm")(k)
     if self.is_global:
       base, window = cfg.rope_global_base, 0
+      rope_scale = cfg.rope_global_scale
     else:
       base, window = cfg.rope_local_base, cfg.sliding_window
+      rope_scale = 1.0
     scale = (cfg.query_scale if cfg.query_scale > 0 else h) ** -0.5
     # RoPE and the query scale in float32, one rounding to `dtype` after.
-    q32 = apply_rope(q.astype(jnp.float32), positions, base)
+    q32 = apply_rope(q.astype(jnp.float32), positions, base, rope_scale)
     q = (q32 * jnp.float32(scale)).astype(dtype)
-    k = apply_rope(k.astype(jnp.float32), positions, base).astype(dtype)
+    k = apply_rope(k.astype(jnp.float32), positions, base, rope_scale)
+    k = k.astype(dtype)
 
     b, length = q.shape[:2]
     g = n // kv

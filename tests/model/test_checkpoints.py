@@ -70,9 +70,12 @@ def _tensors(family: str, seed: int = 0) -> dict[str, np.ndarray]:
   return t
 
 
-def _write(path, family: str, tensors, quantize=()) -> str:
+def _write(path, family: str, tensors, quantize=(), rope_scale=None) -> str:
   arch = family
   w = gguf.GGUFWriter(str(path), arch)
+  if rope_scale is not None:  # what llama.cpp writes for Gemma 3 4B+
+    w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    w.add_rope_scaling_factor(rope_scale)
   w.add_block_count(LAYERS)
   w.add_embedding_length(E)
   w.add_feed_forward_length(F)
@@ -184,6 +187,17 @@ def test_config_mismatch_names_the_key(gemma_file):
   config.model.mlp_dim = 128
   with pytest.raises(checkpoints.CheckpointFileError, match="mlp_dim"):
     checkpoints.gguf_params(gemma_file, config.model, "gemma3_gguf")
+
+
+def test_rope_scaling_must_match_the_config(tmp_path):
+  path = _write(
+      tmp_path / "scaled.gguf", "gemma3", _tensors("gemma3"), rope_scale=8.0
+  )
+  config = _config("gemma3")
+  with pytest.raises(checkpoints.CheckpointFileError, match="rope_global_scale"):
+    checkpoints.gguf_params(path, config.model, "gemma3_gguf")
+  config.model.rope_global_scale = 8.0
+  checkpoints.gguf_params(path, config.model, "gemma3_gguf")
 
 
 def test_wrong_architecture_is_an_error(qwen_file):

@@ -9,6 +9,7 @@ sharded load, the orbax round trip, and the converted GGUF copy (first load,
 cached load, a corrupt copy rebuilt).
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -104,10 +105,10 @@ def _logits(params, cfg, tokens=TOKENS):
 # Parity with transformers.
 
 
-def _write_with_transformers(family: str, directory: str):
+def _write_with_transformers(family: str, directory: str, body=None):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  body = _hf_config(family)
+  body = body or _hf_config(family)
   if family == "gemma3":
     config = transformers.Gemma3TextConfig(
         **{k: v for k, v in body.items() if k != "model_type"}
@@ -149,6 +150,30 @@ def test_logits_equal_transformers(family, tmp_path):
   params = hf_checkpoints.hf_params(str(tmp_path), cfg)
   for got in _logits(params, cfg):  # the designer's head, then the agent's
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_gemma3_linear_rope_scaling_equals_transformers(tmp_path):
+  # Gemma 3 4B and up scale the global layers' RoPE linearly by 8.
+  body = _hf_config("gemma3")
+  body["rope_parameters"]["full_attention"] = {
+      "rope_type": "linear",
+      "factor": 8.0,
+      "rope_theta": 1e6,
+  }
+  want = _write_with_transformers("gemma3", str(tmp_path), body)
+  derived = hf_checkpoints.model_config_from_hf(
+      hf_checkpoints.text_config(body)
+  )
+  assert derived["rope_global_scale"] == 8.0
+  cfg = transformer.ModelConfig(
+      **{k: v for k, v in derived.items() if not k.startswith("_")}
+  )
+  params = hf_checkpoints.hf_params(str(tmp_path), cfg)
+  for got in _logits(params, cfg):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  # The scale is what makes them equal: unscaled, the logits differ.
+  unscaled = dataclasses.replace(cfg, rope_global_scale=1.0)
+  assert np.abs(_logits(params, unscaled)[1] - want).max() > 1e-2
 
 
 def test_gemma3_multimodal_names_load_the_text_part(tmp_path):
@@ -299,12 +324,12 @@ def test_config_mismatch_names_every_key(qwen3_dir):
 def test_unsupported_rope_scaling_is_an_error(tmp_path):
   body = _hf_config("gemma3")
   body["rope_parameters"]["full_attention"] = {
-      "rope_type": "linear",
+      "rope_type": "yarn",
       "factor": 8.0,
       "rope_theta": 1e6,
   }
   path = _write_numpy(tmp_path, body, _numpy_tensors("gemma3"))
-  with pytest.raises(hf_checkpoints.CheckpointFileError, match="linear"):
+  with pytest.raises(hf_checkpoints.CheckpointFileError, match="yarn"):
     hf_checkpoints.hf_params(path, _model_config("gemma3"))
 
 
