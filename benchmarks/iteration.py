@@ -8,7 +8,9 @@ compilation, so the figures are taken from the last one. Prints per-phase
 seconds and how much of the sandbox time was hidden behind sampling (the
 rollout engine steps one half of the episodes while sampling the other);
 the last line is key=value pairs: iteration_s, sampling_s, sandbox_s,
-rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s, and the tokens
+rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s, the prompt
+tokens the sampler would prefill row by row (`prefill_tokens`) and those its
+prefix and identical-prompt sharing saved (`prefill_tokens_saved`), the tokens
 the update scores per episode of T = 1, 5 and 25 turns with one row per
 episode (`scored_tokens_per_episode_tT`) and with one row per turn
 (`per_turn_tokens_per_episode_tT`), measured on episodes played by the real
@@ -154,6 +156,8 @@ def main(argv):
       f" rollout_sandbox_s={last['time/rollout_sandbox_s']:.3f}"
       f" sandbox_hidden_s={last['time/sandbox_hidden_s']:.3f}"
       f" hidden_frac={hidden:.3f} update_s={last['time/update_s']:.3f}"
+      f" prefill_tokens={last['tokens/prefill']:.0f}"
+      f" prefill_tokens_saved={last['tokens/prefill_saved']:.0f}"
       f" {rows}"
   )
 

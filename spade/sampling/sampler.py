@@ -30,8 +30,14 @@ within the chosen block): exact, and much cheaper on CPU than Gumbel noise for
 a 262k vocabulary. top_p < 1 without top_k sorts the vocabulary every step;
 set top_k too to make it cheap.
 
+Sharing: a prefix common to every row is prefilled once (`share_prefix`)
+and identical prompts are prefilled once each (`share_rows`); the copies
+take the cache of the row that was prefilled, so the samples are those of a
+row-by-row prefill.
+
 Compilation: one jit per Sampler; it specialises on (batch, prompt length,
-max_new_tokens, greedy, top_k, whether top_p < 1); temperature and top_p are
+max_new_tokens, greedy, top_k, whether top_p < 1, the shared prefix's length
+and the distinct rows' power-of-two bucket); temperature and top_p are
 traced, so changing them does not recompile. The KV cache is created inside
 the compiled function and carried by the loop, so it is updated in place.
 """
@@ -72,6 +78,18 @@ class SampleOutput:
   # Prompt tokens common to every row that were prefilled once for the batch
   # (0 when none was shared): the prefill saved (B - 1) x this many tokens.
   shared_prefix: int = 0
+  # Rows whose prompts (after the shared prefix) were prefilled: identical
+  # prompts are prefilled once, and the copies take that row's cache.
+  prefilled_rows: int = 0
+  # Prompt columns each prefilled row wrote (padding included).
+  prefill_length: int = 0
+
+  @property
+  def prefill_tokens_saved(self) -> int:
+    """Prompt tokens (padding included) not prefilled thanks to sharing."""
+    rows = self.tokens.shape[0]
+    shared = (rows - 1) * self.shared_prefix if self.shared_prefix else 0
+    return shared + (rows - self.prefilled_rows) * self.prefill_length
 
 
 def left_pad(
@@ -96,19 +114,36 @@ def left_pad(
   return out, lengths
 
 
-def _tile_rows(one: Array, full: Array) -> Array:
-  """A batch-1 cache entry repeated along the axis where `full` has B rows.
+def _row_axes(init_cache, length: int):
+  """Per cache leaf: (the axis holding the rows, entries per row), or None.
 
-  Model-agnostic: the batch axis is the one whose size differs; entries that
-  merge rows with heads (`[B * kv_heads, ...]`) hold each row's heads
-  together, so repeating the whole batch-1 block is the row-major copy.
+  Model-agnostic: the axis is the one that grows from a batch of one to a
+  batch of two; a leaf that merges rows with heads (`[B * kv_heads, ...]`)
+  holds each row's heads together, `kv_heads` entries per row.
   """
-  if one.shape == full.shape:
-    return one
-  (axis,) = [i for i, (a, b) in enumerate(zip(one.shape, full.shape)) if a != b]
-  reps = [1] * one.ndim
-  reps[axis] = full.shape[axis] // one.shape[axis]
-  return jnp.tile(one, reps).astype(full.dtype)
+  one = jax.eval_shape(lambda: init_cache(1, length))
+  two = jax.eval_shape(lambda: init_cache(2, length))
+
+  def axis(a, b):
+    grew = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
+    return (grew[0], a.shape[grew[0]]) if grew else None
+
+  return jax.tree.map(axis, one, two)
+
+
+def _take_rows(cache, rows: Array, axes):
+  """The cache of rows `rows` (int32[N]) of `cache`: row i is rows[i]'s."""
+
+  def take(x, spec):
+    if spec is None:
+      return x
+    axis, per_row = spec
+    shape = x.shape
+    split = shape[:axis] + (shape[axis] // per_row, per_row) + shape[axis + 1 :]
+    y = jnp.take(x.reshape(split), rows, axis=axis)
+    return y.reshape(shape[:axis] + (rows.shape[0] * per_row,) + shape[axis + 1 :])
+
+  return jax.tree.map(take, cache, axes)
 
 
 def bucket(n: int, minimum: int = 8) -> int:
@@ -193,8 +228,13 @@ class Sampler:
       rows' own suffixes are prefilled per row (a batch of one prompt's
       samples, or prompts with a common head). The suffixes are left-padded
       after the prefix, so the cache must keep every written slot (no ring
-      buffers); `sampling_fns` sets it only for such models. Not under a
-      mesh.
+      buffers); `sampling_fns` sets it only for such models.
+    share_rows: rows whose prompts are identical (the K episodes of one
+      environment's arm on their first turn) are prefilled once and the
+      copies take that row's cache; the prefill runs on the distinct rows
+      (padded to a power of two and the mesh's batch multiple) when that is
+      fewer than the batch. Exact for every model: a copy's cache is what
+      its own prefill would write.
     pad_id: written after a row ends.
     stop_ids: a row ends after emitting one of these (it is kept in tokens).
     mesh: optional mesh; with it, inputs are batch-sharded and the model's
@@ -213,6 +253,7 @@ class Sampler:
   share_prefix: int = 0
   _: dataclasses.KW_ONLY
   pad_id: int
+  share_rows: bool = True
   stop_ids: tuple[int, ...] = ()
   mesh: Any = None
   rules: tuple[Any, ...] = ()
@@ -283,12 +324,18 @@ class Sampler:
       if limits.shape != (b,):
         raise ValueError(f"row_max_new_tokens must have shape ({b},)")
     greedy = temperature == 0
+    shards = 1
+    if self.mesh is not None:
+      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
     prefix, prompts, prompt_lengths = self._split_prefix(
-        prompts, prompt_lengths
+        prompts, prompt_lengths, shards
     )
+    unique, inverse = self._unique_rows(prompts, prompt_lengths, shards)
     args = (
         params,
         prefix,
+        unique,
+        inverse,
         prompts,
         prompt_lengths,
         limits,
@@ -308,7 +355,6 @@ class Sampler:
       rules = self.rules or config_lib.base_config().mesh.rules
       rows = sharding.logical_sharding(self.mesh, rules, "batch")
       grid = sharding.batch_sharding(self.mesh, rules, 2)
-      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
       if b % shards:
         raise ValueError(
             f"batch {b} is not a multiple of the mesh's batch shards "
@@ -316,10 +362,10 @@ class Sampler:
         )
       # Every process holds the same global host arrays (multi-host SPMD);
       # each places only its addressable shards.
-      args = args[:2] + tuple(
+      args = args[:4] + tuple(
           jax.make_array_from_callback(a.shape, s, lambda i, a=a: a[i])
-          for a, s in zip(args[2:5], (grid, rows, rows))
-      ) + args[5:]  # fmt: skip
+          for a, s in zip(args[4:7], (grid, rows, rows))
+      ) + args[7:]  # fmt: skip
       with sharding.use_rules(self.mesh, rules):
         out = self._compiled(*args, **static)
     tokens, logprobs, lengths, finished = jax.device_get(out)
@@ -329,18 +375,21 @@ class Sampler:
         lengths=np.asarray(lengths),
         finished=np.asarray(finished),
         shared_prefix=0 if prefix is None else prefix.shape[1],
+        prefilled_rows=b if unique is None else len(unique),
+        prefill_length=prompts.shape[1],
     )
 
-  def _split_prefix(self, prompts: np.ndarray, lengths: np.ndarray):
-    """(prefix[1, P] or None, the rows' suffixes left-padded, their lengths).
+  def _split_prefix(self, prompts: np.ndarray, lengths: np.ndarray, shards):
+    """(prefix[shards, P] or None, the suffixes left-padded, their lengths).
 
     P is the longest prefix every row's real tokens start with, leaving each
     row at least one token of its own, rounded down to a multiple of
-    `share_prefix`; None when that is 0, for one row, or under a mesh.
+    `share_prefix`; None when that is 0 or for one row. The prefix is
+    repeated once per batch shard of the mesh, so its prefill splits evenly.
     """
     b, length = prompts.shape
     unit = self.share_prefix
-    if unit <= 0 or b < 2 or self.mesh is not None:
+    if unit <= 0 or b < 2:
       return None, prompts, lengths
     shortest = int(lengths.min())
     first = prompts[0, length - lengths[0] :][: shortest - 1]
@@ -355,7 +404,33 @@ class Sampler:
     rest = [prompts[i, length - lengths[i] + p :].tolist() for i in range(b)]
     width = bucket(max(len(r) for r in rest))
     suffixes, suffix_lengths = left_pad(rest, width, self.pad_id)
-    return first[None, :p].astype(np.int32), suffixes, suffix_lengths
+    prefix = np.repeat(first[None, :p].astype(np.int32), shards, axis=0)
+    return prefix, suffixes, suffix_lengths
+
+  def _unique_rows(self, prompts: np.ndarray, lengths: np.ndarray, shards):
+    """(rows to prefill int32[U], each row's index into them int32[B]).
+
+    (None, None) when sharing is off or U, padded to a power of two and a
+    multiple of `shards`, would not be fewer than the B rows.
+    """
+    b = prompts.shape[0]
+    if not self.share_rows or b < 2:
+      return None, None
+    key = np.concatenate([prompts, lengths[:, None]], axis=1)
+    _, first, inverse = np.unique(
+        key, axis=0, return_index=True, return_inverse=True
+    )
+    order = np.argsort(first)  # distinct rows in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    unique, inverse = first[order], rank[inverse.reshape(-1)]
+    u = shapes.bucket(len(unique))
+    u = -(-u // shards) * shards
+    if u >= b:
+      return None, None
+    # Filler rows repeat the last distinct row (no row takes their cache).
+    unique = np.concatenate([unique, np.repeat(unique[-1:], u - len(unique))])
+    return unique.astype(np.int32), inverse.astype(np.int32)
 
   def _prefill(self, params, prompts, positions, input_mask, cache, offset=0):
     """Writes the prompts into the cache, `prefill_chunk` columns at a time.
@@ -403,6 +478,8 @@ class Sampler:
       self,
       params,
       prefix,
+      unique,
+      inverse,
       prompts,
       prompt_lengths,
       limits,
@@ -428,23 +505,35 @@ class Sampler:
     if self.prepare_params is not None:
       params = self.prepare_params(params)
     shared = 0 if prefix is None else prefix.shape[1]
+    size = shared + length + max_new_tokens
+    axes = _row_axes(self.init_cache, size)
+    # The rows to prefill: every row, or the distinct ones (`_unique_rows`).
+    todo, todo_lengths = prompts, prompt_lengths
+    if unique is not None:
+      todo, todo_lengths = prompts[unique], prompt_lengths[unique]
+    u = todo.shape[0]
     col = jnp.arange(length, dtype=jnp.int32)[None, :]
-    pad = (length - prompt_lengths)[:, None]
+    pad = (length - todo_lengths)[:, None]
     input_mask = col >= pad
     positions = shared + jnp.maximum(col - pad, 0)
-    size = shared + length + max_new_tokens
-    cache = self.init_cache(b, size)
     if shared:
-      # The common prefix once, at batch 1; its cache copied to every row.
-      one = jnp.ones((1, shared), bool)
+      # The common prefix once (a row per batch shard); its cache copied to
+      # every row that is prefilled.
+      r = prefix.shape[0]
       _, head = self._prefill(
-          params, prefix, jnp.arange(shared)[None], one,
-          self.init_cache(1, size),
+          params, prefix, jnp.broadcast_to(jnp.arange(shared), (r, shared)),
+          jnp.ones((r, shared), bool), self.init_cache(r, size),
       )  # fmt: skip
-      cache = jax.tree.map(_tile_rows, head, cache)
+      cache = _take_rows(head, jnp.zeros((u,), jnp.int32), axes)
+    else:
+      cache = self.init_cache(u, size)
     logits, cache = self._prefill(
-        params, prompts, positions, input_mask, cache, shared
+        params, todo, positions, input_mask, cache, shared
     )
+    if unique is not None:
+      # Each row takes the logits and cache of its prompt's prefilled row.
+      logits = logits[inverse]
+      cache = _take_rows(cache, inverse, axes)
     # From here on the rows' prompts are `shared` tokens longer.
     prompt_lengths = prompt_lengths + shared
     length += shared

@@ -96,6 +96,11 @@ class TextGenerator:
     self.rules = tuple(
         (name, tuple(t) if isinstance(t, list) else t) for name, t in rules
     )
+    # Running totals over this generator's calls: prompt tokens (padding
+    # included) a row-by-row prefill would write, and those the sampler's
+    # prefix and identical-prompt sharing did not need to.
+    self.prefill_tokens = 0
+    self.prefill_tokens_saved = 0
 
   @property
   def batch_shards(self) -> int:
@@ -185,6 +190,8 @@ class TextGenerator:
         top_k=top_k,
         top_p=top_p,
     )
+    self.prefill_tokens += batch * (out.shared_prefix + out.prefill_length)
+    self.prefill_tokens_saved += out.prefill_tokens_saved
     stops = set(int(i) for i in self.tokenizer.stop_ids)
     completions = []
     for i in range(n):

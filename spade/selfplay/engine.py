@@ -141,6 +141,11 @@ class Engine:
     )
     return [(o.token_ids, o.logprobs, o.text) for o in out]
 
+  def prefill_counts(self) -> tuple[int, int]:
+    """Prompt tokens sampled so far: (a row-by-row prefill's, saved)."""
+    g = self.generator
+    return g.prefill_tokens, g.prefill_tokens_saved
+
   def prompt_budget(self, role: str) -> int:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""
     c = self.config

@@ -606,6 +606,7 @@ class Trainer:
     c = self.config
     timer = {"sampling": 0.0, "sandbox": 0.0, "update": 0.0}
     t_start = time.perf_counter()
+    prefill = self.engine.prefill_counts()
     designs, extra = ([], {})
     window = self.state.window
     regenerate = c.train.mode == "spade" and window is None
@@ -712,6 +713,12 @@ class Trainer:
         "train/rows_total": float(total),
         "tokens/sampled": float(
             stats.tokens_sampled + sum(len(d.completion_ids) for d in designs)
+        ),
+        # Prompt tokens the sampler would prefill row by row, and the share
+        # its prefix and identical-prompt sharing saved.
+        "tokens/prefill": float(self.engine.prefill_counts()[0] - prefill[0]),
+        "tokens/prefill_saved": float(
+            self.engine.prefill_counts()[1] - prefill[1]
         ),
         "time/sampling_s": timer["sampling"],
         "time/sandbox_s": timer["sandbox"],

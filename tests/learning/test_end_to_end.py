@@ -27,7 +27,7 @@ KEY = "agent/return_nohint"
 
 
 def run(workdir: str, *flags: str) -> list[float]:
-  """Runs the learn config; returns `agent/return_nohint` per iteration."""
+  """Runs the learn config; returns the metrics of each iteration."""
   env = dict(os.environ)
   # One host device, as a user's run has (the test harness fakes eight).
   env.pop("XLA_FLAGS", None)
@@ -53,12 +53,16 @@ def run(workdir: str, *flags: str) -> list[float]:
     for line in f:
       record = json.loads(line)
       if KEY in record:
-        by_step[record["step"]] = record[KEY]
+        by_step[record["step"]] = record
   return [by_step[s] for s in sorted(by_step)]
 
 
 def test_return_rises_through_main(tmp_path):
-  curve = run(str(tmp_path / "run"))
+  records = run(str(tmp_path / "run"))
+  curve = [r[KEY] for r in records]
+  # The 4 episodes of an environment's arm start from one prompt: the
+  # sampler prefills it once (the other rows copy its cache).
+  assert all(r["tokens/prefill_saved"] > 0 for r in records), records[0]
   assert len(curve) >= 12, curve
   first, last = np.mean(curve[:3]), np.mean(curve[-3:])
   assert first < 0.3, curve
@@ -71,4 +75,6 @@ if __name__ == "__main__":
   t0 = time.time()
   with tempfile.TemporaryDirectory() as d:
     got = run(os.path.join(d, "run"), *sys.argv[1:])
-  print(KEY, " ".join(f"{r:.2f}" for r in got), f"({time.time() - t0:.0f} s)")
+  print(
+      KEY, " ".join(f"{r[KEY]:.2f}" for r in got), f"({time.time() - t0:.0f} s)"
+  )

@@ -291,3 +291,55 @@ def test_shared_prefix_samples_what_the_unshared_batch_samples(scan_decode):
 def test_sliding_window_models_do_not_share_prefixes():
   # Left padding after a shared prefix would evict ring-buffer keys.
   assert T.sampling_fns(_cfg(), T.Role.AGENT).share_prefix == 0
+
+
+def test_identical_prompts_are_prefilled_once(setup):
+  """The K episodes of one arm start from one prompt: the distinct prompts
+  are prefilled once each (ring buffers wrapping) and every copy samples
+  what it samples when each row is prefilled on its own."""
+  _, params, sampler, _ = setup
+  a, b, c = ROWS[0], ROWS[2], ROWS[1]
+  rows = [a, b, a, a, c, b, a, a]
+  plain = S.Sampler(*T.sampling_fns(_cfg(), T.Role.AGENT), pad_id=PAD,
+                    share_rows=False)  # fmt: skip
+  for temperature in (0.0, 1.0):
+    kw = dict(
+        max_new_tokens=NEW, rng=jax.random.key(5), temperature=temperature
+    )
+    ref = plain(params, rows, **kw)
+    out = sampler(params, rows, **kw)
+    assert (ref.prefilled_rows, out.prefilled_rows) == (8, 4)  # 3, padded
+    assert out.prefill_tokens_saved == 4 * 8 and ref.prefill_tokens_saved == 0
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.lengths, ref.lengths)
+    np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
+  if temperature:  # copies of one prompt still draw their own samples
+    assert len({tuple(out.tokens[i]) for i in (0, 2, 3, 6, 7)}) > 1
+  # Distinct prompts: nothing to share, every row is prefilled.
+  assert _run(sampler, params, temperature=0.0).prefilled_rows == 4
+
+
+def test_sharing_under_a_mesh_samples_what_one_device_samples():
+  """A shared prefix (a row per batch shard) and repeated prompts on a
+  2x2x2 mesh give the single-device, unshared tokens and log-probs."""
+  cfg = _cfg()
+  cfg.sliding_window = 0
+  params = T.init_params(cfg, jax.random.key(1))
+  common = [BOS] + list(range(20, 28))
+  rows = [common + [5, 6], common + [100]] * 4
+  fns = T.sampling_fns(cfg, T.Role.AGENT)
+  plain = S.Sampler(*fns._replace(share_prefix=0), pad_id=PAD,
+                    share_rows=False)  # fmt: skip
+  mesh = sharding.make_mesh(
+      ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
+  )
+  rules = config_lib.base_config().mesh.rules
+  shared = S.Sampler(*fns._replace(share_prefix=4), pad_id=PAD, mesh=mesh,
+                     rules=rules)  # fmt: skip
+  placed = sharding.shard_params(params, mesh, rules)
+  kw = dict(max_new_tokens=NEW, rng=jax.random.key(2), temperature=1.0)
+  ref = plain(params, rows, **kw)
+  out = shared(placed, rows, **kw)
+  assert (out.shared_prefix, out.prefilled_rows) == (8, 4)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)

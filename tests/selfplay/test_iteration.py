@@ -52,6 +52,9 @@ class FakeEngine:
     del role
     return 10_000
 
+  def prefill_counts(self):
+    return 0, 0
+
   def sample(self, prompts, *, role, max_new_tokens, temperature, seed):
     del max_new_tokens, temperature
     self.sampled.append((role, len(prompts)))
