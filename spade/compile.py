@@ -379,26 +379,9 @@ def compile_update(config, mesh, rules, state, optimizer, hbm_bytes):
       role: _batch(rows, length, update_fn.batch_sharding)
       for role, (rows, length) in shapes.items()
   }
-  # `update_fn` checks the batch and builds its jitted step on the first
-  # call. A leaf that is no array makes jit refuse the call while reading
-  # its arguments, before tracing or compiling (abstract arguments alone
-  # would be compiled, then fail to run); the jitted step it kept is
-  # lowered here instead.
-  probe = {role: dict(sub, unplaceable=object()) for role, sub in batch.items()}
-  try:
-    update_fn(state, probe)
-  except TypeError:
-    pass
-  jitted = update_fn.compiled.get(jax.tree.structure(state))
-  if jitted is None:
-    raise RuntimeError(
-        "spade.train.update's update_fn no longer keeps its jitted step in"
-        " `update_fn.compiled`; spade.compile needs a way to lower it"
-    )
 
   def lower():
-    with sharding.use_rules(mesh, rules):
-      return jitted.lower(state, batch)
+    return update_fn.lower(state, batch)
 
   program = Program(
       "update",

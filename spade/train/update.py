@@ -326,6 +326,12 @@ def _compile(
           "config.optim.kl_coef > 0 needs reference params in the state:"
           " create it with state.create_state(..., keep_reference=True)"
       )
+    # Traced under the mesh and rules, so the model's logical activation
+    # constraints (batch over data x fsdp, ...) shape the partitioning.
+    with sharding.use_rules(mesh, rules):
+      return jitted(state)(state, batch)
+
+  def jitted(state):
     key = jax.tree.structure(state)
     if key not in compiled:
       state_sh = state_lib.state_shardings(state, mesh, rules)
@@ -335,13 +341,19 @@ def _compile(
           out_shardings=(state_sh, replicated),
           donate_argnums=(0,),
       )
-    # Traced under the mesh and rules, so the model's logical activation
-    # constraints (batch over data x fsdp, ...) shape the partitioning.
+    return compiled[key]
+
+  def lower(state, batch):
+    """The step lowered for `state` and `batch` (arrays or abstract
+    `jax.ShapeDtypeStruct`s): `.compile()` it to read its memory and cost
+    without running it (`spade.compile`)."""
+    _check_batch(batch, check_keys, multiple)
     with sharding.use_rules(mesh, rules):
-      return compiled[key](state, batch)
+      return jitted(state).lower(state, batch)
 
   update_fn.batch_sharding = batch_sh
   update_fn.compiled = compiled
+  update_fn.lower = lower
   return update_fn
 
 
