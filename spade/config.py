@@ -72,6 +72,10 @@ def base_config() -> ConfigDict:
   # True decodes through the scanned stacks instead, with no second copy of
   # the layer weights during sampling (for a model that barely fits).
   c.model.scan_decode = False
+  # Whole-sequence forwards (the update) attend this many queries at a time,
+  # each block rematerialised, so the backward keeps [chunk, L] attention
+  # scores instead of [L, L]; same results. 0: one block (the reference's).
+  c.model.attention_chunk = 0
 
   c.checkpoint = ConfigDict()
   # "scratch" | "gemma3_gguf" | "qwen2_gguf" | "hf": a Hugging Face directory

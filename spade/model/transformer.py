@@ -187,6 +187,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   remat: str = "none"
   scan_decode: bool = False
+  attention_chunk: int = 0
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":
@@ -667,6 +668,13 @@ class Attention(nn.Module):
       return logits.reshape((b * kv, g * length, -1))
 
     new_cache = None
+    chunk = cfg.attention_chunk
+    if cache is None and 0 < chunk < length and length % chunk == 0:
+      out = _chunked_attention(
+          qf.reshape(b * kv, g, length, h), kf, vf, positions, key_pos,
+          window, chunk, dtype,
+      )  # fmt: skip
+      return self._out(out, b, kv, g, length, n, h, cfg), None
     if cache is None:
       parts = [(kf, vf, key_pos)]
     elif length == 1 or window == 0:
@@ -696,12 +704,54 @@ class Attention(nn.Module):
           preferred_element_type=jnp.float32,
       )
       offset += size
-    out = out.astype(dtype).reshape(b, kv, g, length, h)
+    return self._out(out, b, kv, g, length, n, h, cfg), new_cache
+
+  def _out(self, out, b, kv, g, length, n, h, cfg):
+    """[b * kv, g * length, h] attention output -> the output projection."""
+    out = out.astype(jnp.dtype(cfg.dtype)).reshape(b, kv, g, length, h)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, length, n, h)
     out = _constrain(out, "batch", "length", "heads", "head_dim")
     out = checkpoint_name(out, "context")
     y = _proj("o_proj", cfg.embed_dim, 2, cfg)(out)
-    return checkpoint_name(y, "out_proj"), new_cache
+    return checkpoint_name(y, "out_proj")
+
+
+def _chunked_attention(q, k, v, positions, key_pos, window, chunk, dtype):
+  """Attention of `chunk` queries at a time against every key (no cache).
+
+  q: [x, g, L, h] (x = batch * kv_heads, g query heads per kv head); k, v:
+  [x, L, h]; positions, key_pos: [batch, L]. Returns [x, g * L, h] float32.
+  Each query's softmax runs over all keys at once, so the result is the
+  one-block attention's; each block is rematerialised, so a backward pass
+  keeps [chunk, L] scores alive instead of [L, L].
+  """
+  x, g, length, h = q.shape
+  b = positions.shape[0]
+  n = length // chunk
+
+  @jax.checkpoint
+  def block(args):
+    qc, qp = args  # [x, g, chunk, h], [b, chunk]
+    logits = jnp.einsum(
+        "xgqh,xsh->xgqs", qc, k.astype(dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    qp, kp = qp[:, :, None], key_pos[:, None, :]
+    visible = (kp >= 0) & (kp <= qp)
+    if window:
+      visible &= qp - kp < window
+    bias = jnp.where(visible, 0.0, _MASK_VALUE).astype(logits.dtype)
+    logits = logits.reshape((b, x // b, g, chunk, length)) + bias[:, None, None]
+    probs = jax.nn.softmax(logits, axis=-1).reshape((x, g, chunk, length))
+    return jnp.einsum(
+        "xgqs,xsh->xgqh", probs.astype(dtype), v.astype(dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+
+  qs = q.reshape(x, g, n, chunk, h).transpose(2, 0, 1, 3, 4)
+  ps = positions.reshape(b, n, chunk).transpose(1, 0, 2)
+  out = jax.lax.map(block, (qs, ps))  # [n, x, g, chunk, h]
+  return out.transpose(1, 2, 0, 3, 4).reshape(x, g * length, h)
 
 
 class MLP(nn.Module):
