@@ -72,9 +72,20 @@ def _hf_config(family: str) -> dict:
   )
 
 
-def _model_config(family: str) -> transformer.ModelConfig:
+def _scaled_gemma3(rope_type: str) -> dict:
+  """The tiny Gemma 3 body with its global layers' RoPE scaled by 8."""
+  body = _hf_config("gemma3")
+  body["rope_parameters"]["full_attention"] = {
+      "rope_type": rope_type,
+      "factor": 8.0,
+      "rope_theta": 1e6,
+  }
+  return body
+
+
+def _model_config(family: str, body=None) -> transformer.ModelConfig:
   derived = hf_checkpoints.model_config_from_hf(
-      hf_checkpoints.text_config(_hf_config(family))
+      hf_checkpoints.text_config(body or _hf_config(family))
   )
   return transformer.ModelConfig(
       **{k: v for k, v in derived.items() if not k.startswith("_")}
@@ -154,20 +165,10 @@ def test_logits_equal_transformers(family, tmp_path):
 
 def test_gemma3_linear_rope_scaling_equals_transformers(tmp_path):
   # Gemma 3 4B and up scale the global layers' RoPE linearly by 8.
-  body = _hf_config("gemma3")
-  body["rope_parameters"]["full_attention"] = {
-      "rope_type": "linear",
-      "factor": 8.0,
-      "rope_theta": 1e6,
-  }
+  body = _scaled_gemma3("linear")
   want = _write_with_transformers("gemma3", str(tmp_path), body)
-  derived = hf_checkpoints.model_config_from_hf(
-      hf_checkpoints.text_config(body)
-  )
-  assert derived["rope_global_scale"] == 8.0
-  cfg = transformer.ModelConfig(
-      **{k: v for k, v in derived.items() if not k.startswith("_")}
-  )
+  cfg = _model_config("gemma3", body)
+  assert cfg.rope_global_scale == 8.0
   params = hf_checkpoints.hf_params(str(tmp_path), cfg)
   for got in _logits(params, cfg):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -322,12 +323,7 @@ def test_config_mismatch_names_every_key(qwen3_dir):
 
 
 def test_unsupported_rope_scaling_is_an_error(tmp_path):
-  body = _hf_config("gemma3")
-  body["rope_parameters"]["full_attention"] = {
-      "rope_type": "yarn",
-      "factor": 8.0,
-      "rope_theta": 1e6,
-  }
+  body = _scaled_gemma3("yarn")
   path = _write_numpy(tmp_path, body, _numpy_tensors("gemma3"))
   with pytest.raises(hf_checkpoints.CheckpointFileError, match="yarn"):
     hf_checkpoints.hf_params(path, _model_config("gemma3"))
