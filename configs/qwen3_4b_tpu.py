@@ -48,95 +48,14 @@ def qwen3_tpu_config(size: str, arg: str | None = None):
     raise ValueError(
         f"configs/qwen3_{size}_tpu.py has no variant {arg!r} (try 'runlocal')"
     )
-  c = config_lib.base_config()
-  c.num_iterations = 200
-
-  m = c.model
-  m.update(transformer.qwen3_shapes(size))
-  m.max_len = 8192
-  m.dtype = "bfloat16"
-  # Float32 master weights: bfloat16 updates at lr ~1e-6 round to nothing.
-  m.param_dtype = "float32"
-
-  c.checkpoint.kind = "hf"
-  c.checkpoint.path = ""  # the Hugging Face directory: --config.checkpoint.path
-  c.tokenizer.kind = "qwen_bpe"
-
-  c.mesh.data = -1
-  c.mesh.fsdp, c.mesh.tensor = MESH[size]
-
-  c.sampling.temperature = 1.0
-  c.sampling.top_p = 1.0
-
-  # A TPU host has 100-200 vCPUs; gVisor sandboxes are cheap (~0.4 s start).
-  c.sandbox.num_sandboxes = 16
-
-  c.designer.num_envs = 24
-  c.designer.max_new_tokens = 4096
-  c.designer.max_prompt_tokens = 2048
-  c.designer.use_seed_programs = False
-
-  c.agent.episodes_per_env = 16
-  c.agent.max_turns = 25
-  c.agent.max_new_tokens = 512
-  c.agent.max_context = 8192
-
-  c.regret.estimator = "reference"
-  c.optim.learning_rate = 1e-6
-  # The update of the reference's rollout in micro-batches of 64 rows, each
-  # layer recomputed in the backward pass (as the Gemma 3 pod configs).
-  c.optim.microbatch_rows = 64
-  m.remat = "full" if isinstance(m.remat, str) else True
-  c.optim.kl_coef = 0.0
-  c.optim.designer_delay = 4  # the reference waits 4 or 8 iterations
-
-  # `spade.compile` checks the update at the reference's rollout size: 1024
-  # agent turns of up to 4096 tokens, 32 designs of up to 6144.
-  c.compile.agent_rows = 1024
-  c.compile.agent_len = 4096
-  c.compile.designer_rows = 32
-  c.compile.designer_len = 6144
-
-  c.train.checkpoint_every = 5
-  c.train.keep_checkpoints = 3
-  c.memory.replay_fraction = 0.25
-
-  if arg == "runlocal":
-    _shrink_for_cpu(c)
-  return c
-
-
-def _shrink_for_cpu(c) -> None:
-  """Tiny byte model and rollouts; keeps the family switches and mesh axes."""
-  c.num_iterations = 1
-  m = c.model
-  m.vocab_size = 256 + 3
-  m.num_layers = 2
-  m.embed_dim = 64
-  m.num_heads = 4
-  m.num_kv_heads = 2
-  m.head_dim = 16
-  m.mlp_dim = 128
-  m.max_len = 512
-  m.dtype = "float32"
-  c.checkpoint.kind = "scratch"
-  c.checkpoint.path = ""
-  c.tokenizer.kind = "bytes"
-  c.mesh.fsdp, c.mesh.tensor = 2, 2
-  c.sandbox.num_sandboxes = 1
-  c.designer.num_envs = 2
-  c.designer.max_new_tokens = 32
-  c.designer.max_prompt_tokens = 256
-  c.designer.use_seed_programs = True
-  c.agent.episodes_per_env = 1
-  c.agent.max_turns = 2
-  c.agent.max_new_tokens = 8
-  c.agent.max_context = 384
-  c.optim.designer_delay = 0
-  c.optim.microbatch_rows = 0
-  c.compile.agent_rows = c.compile.agent_len = 0
-  c.compile.designer_rows = c.compile.designer_len = 0
-  c.train.checkpoint_every = 1
+  return config_lib.tpu_pod_config(
+      transformer.qwen3_shapes(size),
+      fsdp=MESH[size][0],
+      tensor=MESH[size][1],
+      checkpoint_kind="hf",
+      tokenizer_kind="qwen_bpe",
+      runlocal=arg == "runlocal",
+  )
 
 
 def get_config(arg=None):

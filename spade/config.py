@@ -25,6 +25,8 @@ Sections (each owned by the package of the same name):
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_collections
 
 ConfigDict = ml_collections.ConfigDict
@@ -399,6 +401,128 @@ _POSITIVE = (
     "sandbox.step_timeout_s",
     "optim.learning_rate",
 )
+
+
+def tpu_pod_config(
+    shapes: dict[str, Any],
+    *,
+    fsdp: int,
+    tensor: int,
+    checkpoint_kind: str,
+    tokenizer_kind: str,
+    runlocal: bool = False,
+) -> ConfigDict:
+  """The TPU configs' shared body: a model on a slice, reference-sized rollouts.
+
+  Rollouts follow the reference implementation: 24 environments an
+  iteration, 16 episodes with and 16 without a hint each, up to 25 turns;
+  `spade.compile` checks the update at that size. `configs/gemma3_*_tpu.py`
+  and `configs/qwen3_*_tpu.py` call this with their shapes and mesh, so the
+  sizes cannot drift apart.
+
+  Args:
+    shapes: `config.model` values (`transformer.gemma3_shapes(...)`, ...).
+    fsdp, tensor: the parameter sharding; `mesh.data=-1` takes every other
+      device, so the config fits any slice of a multiple of fsdp * tensor.
+    checkpoint_kind, tokenizer_kind: `config.checkpoint.kind`, ...
+    runlocal: the same settings with a tiny byte-level model, small rollouts
+      and a 2x2 (fsdp x tensor) mesh, to build and step on a CPU with 8
+      fake devices.
+  """
+  c = base_config()
+  c.num_iterations = 200
+
+  m = c.model
+  m.update(shapes)
+  m.max_len = 8192
+  m.dtype = "bfloat16"
+  # Float32 master weights: bfloat16 updates at lr ~1e-6 round to nothing.
+  m.param_dtype = "float32"
+
+  c.checkpoint.kind = checkpoint_kind
+  c.checkpoint.path = ""  # give it with --config.checkpoint.path
+  c.tokenizer.kind = tokenizer_kind
+
+  c.mesh.data = -1
+  c.mesh.fsdp, c.mesh.tensor = fsdp, tensor
+
+  c.sampling.temperature = 1.0
+  c.sampling.top_p = 1.0
+
+  # A TPU host has 100-200 vCPUs; gVisor sandboxes are cheap (~0.4 s start).
+  c.sandbox.num_sandboxes = 16
+
+  c.designer.num_envs = 24
+  c.designer.max_new_tokens = 4096
+  c.designer.max_prompt_tokens = 2048
+  c.designer.use_seed_programs = False
+
+  c.agent.episodes_per_env = 16
+  c.agent.max_turns = 25
+  c.agent.max_new_tokens = 512
+  c.agent.max_context = 8192
+
+  c.regret.estimator = "reference"
+  c.optim.learning_rate = 1e-6
+  # Without these the update of the reference's rollout (below) needs ~924
+  # GiB of temporaries per v5p chip (`python -m spade.compile`, Gemma 3 1B):
+  # micro-batches of 64 rows, each layer recomputed in the backward pass.
+  c.optim.microbatch_rows = 64
+  m.remat = "full"
+  c.optim.kl_coef = 0.0
+  c.optim.designer_delay = 4  # the reference waits 4 or 8 iterations
+
+  # `spade.compile` checks the update at the reference's rollout size: 1024
+  # agent turns of up to 4096 tokens, 32 designs of up to 6144.
+  c.compile.agent_rows = 1024
+  c.compile.agent_len = 4096
+  c.compile.designer_rows = 32
+  c.compile.designer_len = 6144
+
+  c.train.checkpoint_every = 5
+  c.train.keep_checkpoints = 3
+  c.memory.replay_fraction = 0.25
+
+  if runlocal:
+    _shrink_for_cpu(c)
+  return c
+
+
+def _shrink_for_cpu(c: ConfigDict) -> None:
+  """Tiny byte model and rollouts; keeps the family switches and mesh axes."""
+  c.num_iterations = 1
+  m = c.model
+  m.vocab_size = 256 + 3
+  m.num_layers = 2
+  m.embed_dim = 64
+  m.num_heads = 4
+  m.num_kv_heads = 2
+  m.head_dim = 16
+  m.mlp_dim = 128
+  if m.sliding_window:
+    m.sliding_window = 16
+    m.global_every = 2  # one local and one global layer, like the real stack
+  m.query_scale = 0.0
+  m.max_len = 512
+  m.dtype = "float32"
+  c.checkpoint.kind = "scratch"
+  c.checkpoint.path = ""
+  c.tokenizer.kind = "bytes"
+  c.mesh.fsdp, c.mesh.tensor = 2, 2
+  c.sandbox.num_sandboxes = 1
+  c.designer.num_envs = 2
+  c.designer.max_new_tokens = 32
+  c.designer.max_prompt_tokens = 256
+  c.designer.use_seed_programs = True
+  c.agent.episodes_per_env = 1
+  c.agent.max_turns = 2
+  c.agent.max_new_tokens = 8
+  c.agent.max_context = 384
+  c.optim.designer_delay = 0
+  c.optim.microbatch_rows = 0
+  c.compile.agent_rows = c.compile.agent_len = 0
+  c.compile.designer_rows = c.compile.designer_len = 0
+  c.train.checkpoint_every = 1
 
 
 class ConfigError(ValueError):

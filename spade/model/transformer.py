@@ -731,7 +731,7 @@ def _chunked_attention(q, k, v, positions, key_pos, window, chunk, dtype):
 
   @jax.checkpoint
   def block(args):
-    qc, qp = args  # [x, g, chunk, h], [b, chunk]
+    qc, qp = args
     logits = jnp.einsum(
         "xgqh,xsh->xgqs", qc, k.astype(dtype),
         preferred_element_type=jnp.float32,

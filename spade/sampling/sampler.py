@@ -141,7 +141,9 @@ def _take_rows(cache, rows: Array, axes):
     shape = x.shape
     split = shape[:axis] + (shape[axis] // per_row, per_row) + shape[axis + 1 :]
     y = jnp.take(x.reshape(split), rows, axis=axis)
-    return y.reshape(shape[:axis] + (rows.shape[0] * per_row,) + shape[axis + 1 :])
+    return y.reshape(
+        shape[:axis] + (rows.shape[0] * per_row,) + shape[axis + 1 :]
+    )
 
   return jax.tree.map(take, cache, axes)
 

@@ -194,7 +194,9 @@ def test_rope_scaling_must_match_the_config(tmp_path):
       tmp_path / "scaled.gguf", "gemma3", _tensors("gemma3"), rope_scale=8.0
   )
   config = _config("gemma3")
-  with pytest.raises(checkpoints.CheckpointFileError, match="rope_global_scale"):
+  with pytest.raises(
+      checkpoints.CheckpointFileError, match="rope_global_scale"
+  ):
     checkpoints.gguf_params(path, config.model, "gemma3_gguf")
   config.model.rope_global_scale = 8.0
   checkpoints.gguf_params(path, config.model, "gemma3_gguf")
