@@ -1053,31 +1053,11 @@ class SandboxPool:
     program's process ends that program's episodes; other programs'
     episodes are never affected.
     """
-    with self._lock:
-      self._check_open()
-      results: list[dict | None] = [None] * len(actions)
-      per: dict[_Sandbox, list[dict]] = {}
-      where: dict[_Sandbox, list[int]] = {}
-      for i, (handle, action) in enumerate(actions):
-        if handle not in self._handles:
-          results[i] = self._lost_result(handle)
-          continue
-        sb, env = self._handles[handle]
-        per.setdefault(sb, []).append(
-            {"op": "step", "env": env, "action": str(action)}
-        )
-        where.setdefault(sb, []).append(i)
-      for sb, value in self._request_calls(per).items():
-        for k, i in enumerate(where[sb]):
-          if isinstance(value, str):
-            results[i] = {
-                "ok": False,
-                "reason": "sandbox_lost",
-                "message": f"the sandbox was replaced: {value}",
-            }
-          else:
-            results[i] = _clean_step(value[k])
-      return results  # type: ignore[return-value]
+    return self._on_envs(
+        actions,
+        lambda env, action: {"op": "step", "env": env, "action": str(action)},
+        _clean_step,
+    )
 
   def call_many(self, items: list[tuple[int, str, list | tuple]]) -> list[dict]:
     """Calls public methods of many environments: one request per sandbox.
@@ -1086,19 +1066,32 @@ class SandboxPool:
     arguments]). Returns, in order, {"ok": True, "value"} or {"ok": False,
     "reason", "message"}; a failure of one call never affects the others.
     """
+    return self._on_envs(
+        items,
+        lambda env, method, args: {
+            "op": "call", "env": env, "method": method, "args": list(args),
+        },
+        _clean_call,
+    )  # fmt: skip
+
+  def _on_envs(self, items, request_of, clean) -> list[dict]:
+    """Items `(handle, *rest)` on existing episodes, one request per sandbox.
+
+    `request_of(env, *rest)` is an item's request to its worker and
+    `clean(answer)` its result; a handle the pool does not know, or whose
+    sandbox was replaced, gets a failure of its own. In the items' order.
+    """
     with self._lock:
       self._check_open()
       results: list[dict | None] = [None] * len(items)
       per: dict[_Sandbox, list[dict]] = {}
       where: dict[_Sandbox, list[int]] = {}
-      for i, (handle, method, args) in enumerate(items):
+      for i, (handle, *rest) in enumerate(items):
         if handle not in self._handles:
           results[i] = self._lost_result(handle)
           continue
         sb, env = self._handles[handle]
-        per.setdefault(sb, []).append(
-            {"op": "call", "env": env, "method": method, "args": list(args)}
-        )
+        per.setdefault(sb, []).append(request_of(env, *rest))
         where.setdefault(sb, []).append(i)
       for sb, value in self._request_calls(per).items():
         for k, i in enumerate(where[sb]):
@@ -1109,15 +1102,8 @@ class SandboxPool:
                 "reason": "sandbox_lost",
                 "message": f"the sandbox was replaced: {r}",
             }
-          elif not isinstance(r, dict) or not r.get("ok"):
-            r = r if isinstance(r, dict) else {}
-            results[i] = {
-                "ok": False,
-                "reason": str(r.get("reason", "bad_result")),
-                "message": str(r.get("message", "malformed result")),
-            }
           else:
-            results[i] = {"ok": True, "value": r.get("value")}
+            results[i] = clean(r)
       return results  # type: ignore[return-value]
 
   def _request_calls(
@@ -1328,6 +1314,18 @@ def sweep_orphans(
         removed["directories"],
     )
   return removed
+
+
+def _clean_call(r: Any) -> dict:
+  """Checks the shape of a method call's result coming out of the sandbox."""
+  if not isinstance(r, dict) or not r.get("ok"):
+    r = r if isinstance(r, dict) else {}
+    return {
+        "ok": False,
+        "reason": str(r.get("reason", "bad_result")),
+        "message": str(r.get("message", "malformed result")),
+    }
+  return {"ok": True, "value": r.get("value")}
 
 
 def _clean_step(r: Any) -> dict:
