@@ -62,13 +62,17 @@ def get_config(arg=None):
 
   if arg == "runlocal":
     c.num_iterations = 1
-    # Sized for 24 GB of host memory: the update's activation memory on XLA's
-    # CPU backend grows with rows x length^2 x layers (benchmarks/README.md),
-    # so designer rows stay within 768 tokens and are updated one at a time.
-    c.model.max_len = 1024
+    # The designer sees its whole prompt (the contract and one complete
+    # example: ~2,300 tokens with a 60-word document) and writes up to 1,536
+    # tokens, so a program is not cut off; its rows of ~3,900 tokens fit the
+    # update in 24 GB with queries attended 256 at a time (5.7 GiB of XLA
+    # temporaries over 8.6 GiB of parameters and Adam state,
+    # benchmarks/README.md). One attempt per design keeps the run short.
+    c.model.max_len = 4096
     c.designer.num_envs = 2
-    c.designer.max_new_tokens = 384
-    c.designer.max_prompt_tokens = 384
+    c.designer.max_new_tokens = 1536
+    c.designer.max_prompt_tokens = 2432
+    c.designer.max_attempts = 1
     c.grounding.max_words = 60
     c.memory.num_examples = 0
     c.optim.microbatch_rows = 1
