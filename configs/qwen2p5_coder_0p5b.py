@@ -73,6 +73,15 @@ def get_config(arg=None):
     c.designer.max_new_tokens = 1536
     c.designer.max_prompt_tokens = 2432
     c.designer.max_attempts = 1
+    # Ours, not the reference's "drop": an invalid design stays in its
+    # group with regret.invalid_penalty, so a group of one valid and one
+    # invalid design gives the designer a gradient even when every agent
+    # return is equal (with "drop" the valid design is alone in its group
+    # and its advantage is 0, as the first measurement of this run showed).
+    c.designer.invalid_designs = "penalize"
+    # One iteration: the designer's window closes in it (the reference
+    # regenerates every 4), so its rewards and rows come in this run.
+    c.designer.regeneration_interval = 1
     c.grounding.max_words = 60
     c.memory.num_examples = 0
     c.optim.microbatch_rows = 1

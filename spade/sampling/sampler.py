@@ -76,20 +76,16 @@ class SampleOutput:
   lengths: np.ndarray  # int32[B]
   finished: np.ndarray  # bool[B]
   # Prompt tokens common to every row that were prefilled once for the batch
-  # (0 when none was shared): the prefill saved (B - 1) x this many tokens.
+  # (a row per batch shard of the mesh; 0 when none was shared).
   shared_prefix: int = 0
   # Rows whose prompts (after the shared prefix) were prefilled: identical
   # prompts are prefilled once, and the copies take that row's cache.
   prefilled_rows: int = 0
   # Prompt columns each prefilled row wrote (padding included).
   prefill_length: int = 0
-
-  @property
-  def prefill_tokens_saved(self) -> int:
-    """Prompt tokens (padding included) not prefilled thanks to sharing."""
-    rows = self.tokens.shape[0]
-    shared = (rows - 1) * self.shared_prefix if self.shared_prefix else 0
-    return shared + (rows - self.prefilled_rows) * self.prefill_length
+  # Prompt tokens (padding included) a row-by-row prefill would have
+  # written that the sharing did not.
+  prefill_tokens_saved: int = 0
 
 
 def left_pad(
@@ -371,14 +367,17 @@ class Sampler:
       with sharding.use_rules(self.mesh, rules):
         out = self._compiled(*args, **static)
     tokens, logprobs, lengths, finished = jax.device_get(out)
+    rows = b if unique is None else len(unique)
     return SampleOutput(
         tokens=np.asarray(tokens),
         logprobs=np.asarray(logprobs),
         lengths=np.asarray(lengths),
         finished=np.asarray(finished),
         shared_prefix=0 if prefix is None else prefix.shape[1],
-        prefilled_rows=b if unique is None else len(unique),
+        prefilled_rows=rows,
         prefill_length=prompts.shape[1],
+        prefill_tokens_saved=(b - rows) * prompts.shape[1]
+        + (0 if prefix is None else (b - prefix.shape[0]) * prefix.shape[1]),
     )
 
   def _split_prefix(self, prompts: np.ndarray, lengths: np.ndarray, shards):

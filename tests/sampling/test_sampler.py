@@ -281,6 +281,7 @@ def test_shared_prefix_samples_what_the_unshared_batch_samples(scan_decode):
     ref = plain(params, rows, **kw)
     out = shared(params, rows, **kw)
     assert (ref.shared_prefix, out.shared_prefix) == (0, 8)
+    assert out.prefill_tokens_saved == 3 * 8  # the prefix, once for 4 rows
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_array_equal(out.lengths, ref.lengths)
     np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
@@ -341,5 +342,7 @@ def test_sharing_under_a_mesh_samples_what_one_device_samples():
   ref = plain(params, rows, **kw)
   out = shared(placed, rows, **kw)
   assert (out.shared_prefix, out.prefilled_rows) == (8, 4)
+  # The prefix once per shard (4 of 8 rows), the suffixes of 4 distinct rows.
+  assert out.prefill_tokens_saved == 4 * 8 + 4 * out.prefill_length
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
