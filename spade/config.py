@@ -76,7 +76,8 @@ def base_config() -> ConfigDict:
   c.model.scan_decode = False
   # Whole-sequence forwards (the update) attend this many queries at a time,
   # each block rematerialised, so the backward keeps [chunk, L] attention
-  # scores instead of [L, L]; same results. 0: one block (the reference's).
+  # scores instead of [L, L]; same results. 0: one block (the reference's);
+  # a length that is not a multiple of the chunk also runs as one block.
   c.model.attention_chunk = 0
 
   c.checkpoint = ConfigDict()
