@@ -50,17 +50,14 @@ def gemma3_tpu_config(size: str, arg: str | None = None):
   """
   if size not in MESH:
     raise ValueError(f"unknown Gemma 3 size {size!r}; one of {sorted(MESH)}")
-  if arg not in (None, "", "runlocal"):
-    raise ValueError(
-        f"configs/gemma3_{size}_tpu.py has no variant {arg!r} (try 'runlocal')"
-    )
   return config_lib.tpu_pod_config(
       transformer.gemma3_shapes(size),
       fsdp=MESH[size][0],
       tensor=MESH[size][1],
       checkpoint_kind="gemma3_gguf",
       tokenizer_kind="gemma_sp",
-      runlocal=arg == "runlocal",
+      variant=arg,
+      config_file=f"configs/gemma3_{size}_tpu.py",
   )
 
 

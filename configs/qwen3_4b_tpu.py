@@ -44,17 +44,14 @@ def qwen3_tpu_config(size: str, arg: str | None = None):
   """
   if size not in MESH:
     raise ValueError(f"unknown Qwen3 size {size!r}; one of {sorted(MESH)}")
-  if arg not in (None, "", "runlocal"):
-    raise ValueError(
-        f"configs/qwen3_{size}_tpu.py has no variant {arg!r} (try 'runlocal')"
-    )
   return config_lib.tpu_pod_config(
       transformer.qwen3_shapes(size),
       fsdp=MESH[size][0],
       tensor=MESH[size][1],
       checkpoint_kind="hf",
       tokenizer_kind="qwen_bpe",
-      runlocal=arg == "runlocal",
+      variant=arg,
+      config_file=f"configs/qwen3_{size}_tpu.py",
   )
 
 

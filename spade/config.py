@@ -411,7 +411,8 @@ def tpu_pod_config(
     tensor: int,
     checkpoint_kind: str,
     tokenizer_kind: str,
-    runlocal: bool = False,
+    variant: str | None,
+    config_file: str,
 ) -> ConfigDict:
   """The TPU configs' shared body: a model on a slice, reference-sized rollouts.
 
@@ -426,10 +427,16 @@ def tpu_pod_config(
     fsdp, tensor: the parameter sharding; `mesh.data=-1` takes every other
       device, so the config fits any slice of a multiple of fsdp * tensor.
     checkpoint_kind, tokenizer_kind: `config.checkpoint.kind`, ...
-    runlocal: the same settings with a tiny byte-level model, small rollouts
-      and a 2x2 (fsdp x tensor) mesh, to build and step on a CPU with 8
-      fake devices.
+    variant: the config file's argument: None or "" for the pod config;
+      "runlocal" for the same settings with a tiny byte-level model, small
+      rollouts and a 2x2 (fsdp x tensor) mesh, to build and step on a CPU
+      with 8 fake devices.
+    config_file: the calling config's path, named when `variant` is unknown.
   """
+  if variant not in (None, "", "runlocal"):
+    raise ValueError(
+        f"{config_file} has no variant {variant!r} (try 'runlocal')"
+    )
   c = base_config()
   c.num_iterations = 200
 
@@ -484,7 +491,7 @@ def tpu_pod_config(
   c.train.keep_checkpoints = 3
   c.memory.replay_fraction = 0.25
 
-  if runlocal:
+  if variant == "runlocal":
     _shrink_for_cpu(c)
   return c
 

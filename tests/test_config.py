@@ -32,6 +32,12 @@ def test_every_config_validates(name):
   config_lib.validate(_load(name))
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_unknown_variant_names_its_file(name):
+  with pytest.raises(ValueError, match=f"configs/{name}.py has no variant"):
+    _load(name, "no_such_variant")
+
+
 def test_unknown_key_rejected():
   c = _load("tiny")
   c.model.unlock()
