@@ -90,6 +90,11 @@ _MEMORY_ROWS = flags.DEFINE_string(
 _REMAT = flags.DEFINE_string(
     "remat", "", "With --memory: config.model.remat (default: the config's)."
 )
+_LORA_RANK = flags.DEFINE_integer(
+    "lora_rank", -1,
+    "With --memory: config.optim.lora_rank (-1: the config's; 0: full"
+    " fine-tuning; 32: the reference's Tinker adapters).",
+)  # fmt: skip
 
 # A bigger model that still steps in seconds on a 2-core CPU.
 _MEDIUM = dict(
@@ -202,10 +207,14 @@ def _qwen_config():
   return module.get_config()
 
 
-def peak_memory(rows: int, length: int, remat: str = "") -> dict:
+def peak_memory(
+    rows: int, length: int, remat: str = "", lora_rank: int = -1
+) -> dict:
   """One Qwen 0.5B update on rows x length per role; peak RSS in GiB."""
   c = _qwen_config()
   c.checkpoint.kind = "scratch"
+  if lora_rank >= 0:
+    c.optim.lora_rank = lora_rank
   if remat:
     c.model.remat = remat
   c.model.max_len = max(c.model.max_len, length)
@@ -217,6 +226,7 @@ def peak_memory(rows: int, length: int, remat: str = "") -> dict:
   state = state_lib.create_state(
       params, optimizer, rng=jax.random.PRNGKey(1), mesh=mesh,
       rules=c.mesh.rules, keep_reference=state_lib.keeps_reference(c),
+      lora_rank=c.optim.lora_rank,
   )  # fmt: skip
   del params
   step = update.make_update_step(model, optimizer, mesh, c)
@@ -237,6 +247,7 @@ def peak_memory(rows: int, length: int, remat: str = "") -> dict:
       rows=rows,
       length=length,
       remat=c.model.remat,
+      lora_rank=c.optim.lora_rank,
       microbatch_rows=c.optim.microbatch_rows,
       logprob_chunk=c.optim.logprob_chunk,
       loss=float(metrics["train/loss"]),
@@ -249,7 +260,7 @@ def main(argv):
   del argv
   if _MEMORY.value:
     rows, length = (int(v) for v in _MEMORY_ROWS.value.split("x"))
-    r = peak_memory(rows, length, _REMAT.value)
+    r = peak_memory(rows, length, _REMAT.value, _LORA_RANK.value)
     print(
         f"qwen2.5-coder-0.5b shapes, {r['params']:,} params: designer and"
         f" agent {rows}x{length} each, remat={r['remat']},"
@@ -260,6 +271,7 @@ def main(argv):
     print(
         f"peak_rss_gib={r['peak_rss_gib']:.2f} rows={rows} length={length}"
         f" remat={r['remat']} microbatch_rows={r['microbatch_rows']}"
+        f" lora_rank={r['lora_rank']}"
     )
     return
   peak = matmul_peak(_PEAK_N.value)

@@ -304,6 +304,7 @@ def abstract_state(config, mesh, rules, optimizer) -> state_lib.TrainState:
         optimizer,
         rng,
         keep_reference=state_lib.keeps_reference(config),
+        lora_rank=config.optim.lora_rank,
     )
 
   shapes = jax.eval_shape(make, jax.random.PRNGKey(0))

@@ -267,6 +267,11 @@ def base_config() -> ConfigDict:
   c.optim.b1 = 0.9
   c.optim.b2 = 0.999
   c.optim.eps = 1e-8
+  # Low-rank adapters (spade/train/lora.py): > 0 trains rank-r factors of
+  # every projection and head kernel instead of the weights (the reference's
+  # Tinker backend uses 32); 0 is full fine-tuning, its slime backend.
+  c.optim.lora_rank = 0
+  c.optim.lora_alpha = 32.0  # the adapters' product is scaled by alpha / rank
 
   c.train = ConfigDict()
   c.train.mode = "spade"  # "spade" | "fixed_pool"
@@ -401,6 +406,7 @@ _POSITIVE = (
     "sandbox.num_sandboxes",
     "sandbox.step_timeout_s",
     "optim.learning_rate",
+    "optim.lora_alpha",
 )
 
 
@@ -588,6 +594,11 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError("config.memory.replay_fraction must be in [0, 1]")
   if config.num_iterations < 0:
     raise ConfigError("config.num_iterations must be >= 0")
+  if config.optim.lora_rank < 0:
+    raise ConfigError(
+        f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"
+        " (0: full fine-tuning)"
+    )
 
 
 def _check_tree(config: ConfigDict, reference: ConfigDict, prefix: str):

@@ -146,6 +146,21 @@ def fitted_param_shardings(params, mesh, rules: Rules) -> Any:
   return jax.tree.map(_fit, params, param_shardings(params, mesh, rules))
 
 
+def fitted_logical_shardings(tree, logical_axes, mesh, rules: Rules) -> Any:
+  """Shardings of `tree`'s leaves from a like tree of logical axis tuples.
+
+  For arrays that are not model parameters (e.g. LoRA factors): each tuple
+  names a leaf's logical axes (None: unsharded), mapped through `rules`
+  with the same divisibility fallback as `shard_params`.
+  """
+  is_axes = lambda x: isinstance(x, tuple)
+  specs = jax.tree.map(
+      lambda a: jax.sharding.PartitionSpec(*a), logical_axes, is_leaf=is_axes
+  )
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, _rules(rules))
+  return jax.tree.map(_fit, tree, shardings)
+
+
 @contextlib.contextmanager
 def use_rules(mesh, rules: Rules) -> Iterator[None]:
   """Makes `mesh` and `rules` visible to the model's activation constraints.

@@ -71,6 +71,7 @@ class Engine:
         mesh=self.mesh,
         rules=self.rules,
         keep_reference=config.optim.kl_coef > 0,
+        lora_rank=config.optim.lora_rank,
     )
     self.update_step = update_lib.make_update_step(
         self.model, self.optimizer, self.mesh, config

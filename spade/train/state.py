@@ -4,7 +4,9 @@
 (trunk and both heads), the optimizer state, the step counter and the rng,
 plus the frozen reference parameters when a KL term needs them
 (`config.optim.kl_coef > 0`; otherwise `ref_params` is None and costs
-nothing). The host loop adds its curriculum state (memory, replay, corpus
+nothing) and the low-rank adapters when the update trains those instead of
+the parameters (`config.optim.lora_rank > 0`, `spade.train.lora`; the
+optimizer state is then over the adapters). The host loop adds its curriculum state (memory, replay, corpus
 cursor) beside it in the checkpoint.
 
 Sharding: the parameters follow their logical axes through the rule table
@@ -24,6 +26,7 @@ import ml_collections
 import optax
 
 from spade.model import sharding
+from spade.train import lora
 
 PyTree = Any
 
@@ -38,6 +41,9 @@ class TrainState:
     step: int32 scalar, updates applied so far.
     rng: uint32[2] PRNG key (raw, so checkpoints need no key-type support).
     ref_params: frozen copy of the initial params for the KL term, or None.
+    adapters: the LoRA factors the optimizer trains (`spade.train.lora`),
+      or None when it trains `params` themselves. `params` are then the
+      weights the model runs with, the adapters' product included.
   """
 
   params: PyTree
@@ -45,6 +51,12 @@ class TrainState:
   step: jax.Array
   rng: jax.Array
   ref_params: PyTree | None = None
+  adapters: PyTree | None = None
+
+  @property
+  def trainable(self) -> PyTree:
+    """What the optimizer updates: the adapters, else the parameters."""
+    return self.params if self.adapters is None else self.adapters
 
 
 def make_optimizer(
@@ -83,6 +95,7 @@ def create_train_state(
     rng: jax.Array,
     *,
     keep_reference: bool = False,
+    lora_rank: int = 0,
 ) -> TrainState:
   """A fresh state at step 0, unplaced (`create_state` puts it on a mesh).
 
@@ -91,15 +104,24 @@ def create_train_state(
     optimizer: from `make_optimizer`.
     rng: a PRNG key (raw uint32[2] or typed; stored raw).
     keep_reference: keep a copy of `params` as the KL reference.
+    lora_rank: > 0 trains rank-`lora_rank` adapters instead of `params`
+      (`config.optim.lora_rank`).
   """
   if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
     rng = jax.random.key_data(rng)
+  rng = jnp.asarray(rng, jnp.uint32)
+  adapters = None
+  if lora_rank > 0:
+    adapters = lora.init_adapters(
+        params, lora_rank, jax.random.fold_in(jax.random.wrap_key_data(rng), 7)
+    )
   return TrainState(
       params=params,
-      opt_state=optimizer.init(params),
+      opt_state=optimizer.init(params if adapters is None else adapters),
       step=jnp.zeros((), jnp.int32),
-      rng=jnp.asarray(rng, jnp.uint32),
+      rng=rng,
       ref_params=(jax.tree.map(jnp.array, params) if keep_reference else None),
+      adapters=adapters,
   )
 
 
@@ -124,15 +146,21 @@ def state_shardings(
   """
   params_sh = sharding.fitted_param_shardings(state.params, mesh, rules)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  params_def = jax.tree.structure(state.params)
+  adapters_sh = None
+  if state.adapters is not None:
+    adapters_sh = sharding.fitted_logical_shardings(
+        state.adapters, lora.adapter_logical_axes(state.params), mesh, rules
+    )
+  trained_sh = params_sh if adapters_sh is None else adapters_sh
+  trained_def = jax.tree.structure(state.trainable)
 
-  def like_params(x) -> bool:
-    return jax.tree.structure(x) == params_def
+  def like_trained(x) -> bool:
+    return jax.tree.structure(x) == trained_def
 
   opt = jax.tree.map(
-      lambda x: params_sh if like_params(x) else replicated,
+      lambda x: trained_sh if like_trained(x) else replicated,
       state.opt_state,
-      is_leaf=like_params,
+      is_leaf=like_trained,
   )
   return TrainState(
       params=params_sh,
@@ -140,6 +168,7 @@ def state_shardings(
       step=replicated,
       rng=replicated,
       ref_params=None if state.ref_params is None else params_sh,
+      adapters=adapters_sh,
   )
 
 
@@ -151,6 +180,7 @@ def create_state(
     mesh: jax.sharding.Mesh,
     rules: Sequence[tuple],
     keep_reference: bool = False,
+    lora_rank: int = 0,
 ) -> TrainState:
   """A step-0 TrainState placed on `mesh` as the update step expects it.
 
@@ -172,9 +202,14 @@ def create_state(
     rules: `config.mesh.rules`.
     keep_reference: keep a frozen copy of `params` for the KL term
       (`keeps_reference(config)`).
+    lora_rank: `config.optim.lora_rank` (> 0: train adapters, see
+      `create_train_state`).
   """
   make = functools.partial(
-      create_train_state, optimizer=optimizer, keep_reference=keep_reference
+      create_train_state,
+      optimizer=optimizer,
+      keep_reference=keep_reference,
+      lora_rank=lora_rank,
   )
   abstract = jax.eval_shape(make, params, rng=rng)
   shardings = state_shardings(abstract, mesh, rules)

@@ -45,6 +45,7 @@ import optax
 
 from spade.model import sharding
 from spade.model import transformer
+from spade.train import lora
 from spade.train import losses
 from spade.train import state as state_lib
 
@@ -65,6 +66,12 @@ _POLICY_KEYS = (
     "weights",
 )
 _SFT_KEYS = ("tokens", "input_mask", "loss_mask", "weights")
+
+
+def lora_scale(optim_config: ml_collections.ConfigDict) -> float:
+  """s = lora_alpha / lora_rank, the adapters' product's factor (0: off)."""
+  rank = optim_config.get("lora_rank", 0)
+  return optim_config.get("lora_alpha", 32.0) / rank if rank > 0 else 0.0
 
 
 def _rules(config: ml_collections.ConfigDict) -> tuple:
@@ -191,22 +198,60 @@ def _check_batch(batch: Batch, keys: tuple[str, ...], multiple: int) -> None:
         )
 
 
-def _step_with(
-    loss_fn, optimizer, state: state_lib.TrainState, batch: Batch
-) -> tuple[state_lib.TrainState, Metrics]:
-  """Shared tail: gradient, optimizer update, new rng, global metrics."""
-  rng, _ = jax.random.split(state.rng)
-  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      state.params, state.ref_params, batch
-  )
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+def _apply_gradient(
+    loss_fn, optimizer, scale, params, adapters, opt_state, ref, batch
+):
+  """One optimizer step on `params`, or on `adapters` when they are given.
+
+  With adapters (`spade.train.lora`) the gradient is the factors' and
+  `params` move by the factors' change, so they stay the weights the model
+  runs with. Returns (params, adapters, opt_state, metrics).
+  """
+  if adapters is None:
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, ref, batch
+    )
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    new_params, new_adapters = optax.apply_updates(params, updates), None
+  else:
+
+    def of_adapters(adapters):
+      return loss_fn(lora.attach(params, adapters, scale), ref, batch)
+
+    (loss, metrics), grads = jax.value_and_grad(of_adapters, has_aux=True)(
+        adapters
+    )
+    updates, opt_state = optimizer.update(grads, opt_state, adapters)
+    new_adapters = optax.apply_updates(adapters, updates)
+    new_params = lora.shift(params, adapters, new_adapters, scale)
   metrics = dict(metrics)
   metrics["train/loss"] = loss
   metrics["train/grad_norm"] = optax.tree.norm(grads)
   metrics["train/update_norm"] = optax.tree.norm(updates)
+  return new_params, new_adapters, opt_state, metrics
+
+
+def _step_with(
+    loss_fn, optimizer, scale, state: state_lib.TrainState, batch: Batch
+) -> tuple[state_lib.TrainState, Metrics]:
+  """Shared tail: gradient, optimizer update, new rng, global metrics."""
+  rng, _ = jax.random.split(state.rng)
+  params, adapters, opt_state, metrics = _apply_gradient(
+      loss_fn,
+      optimizer,
+      scale,
+      state.params,
+      state.adapters,
+      state.opt_state,
+      state.ref_params,
+      batch,
+  )
   new_state = state.replace(
-      params=params, opt_state=opt_state, step=state.step + 1, rng=rng
+      params=params,
+      adapters=adapters,
+      opt_state=opt_state,
+      step=state.step + 1,
+      rng=rng,
   )
   return new_state, metrics
 
@@ -237,6 +282,7 @@ def _minibatch_rows(
 def _steps_with(
     loss_fn,
     optimizer,
+    scale,
     epochs: int,
     num_minibatches: int,
     state: state_lib.TrainState,
@@ -254,24 +300,25 @@ def _steps_with(
   rows_of = _minibatch_rows(batch, key, epochs, num_minibatches)
 
   def body(carry, rows):
-    params, opt_state = carry
+    params, adapters, opt_state = carry
     mb = {
         name: jax.tree.map(lambda x, r=rows[name]: x[r], dict(sub))
         for name, sub in batch.items()
     }
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, state.ref_params, mb
+    params, adapters, opt_state, metrics = _apply_gradient(
+        loss_fn,
+        optimizer,
+        scale,
+        params,
+        adapters,
+        opt_state,
+        state.ref_params,
+        mb,
     )
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-    metrics = dict(metrics)
-    metrics["train/loss"] = loss
-    metrics["train/grad_norm"] = optax.tree.norm(grads)
-    metrics["train/update_norm"] = optax.tree.norm(updates)
-    return (params, opt_state), metrics
+    return (params, adapters, opt_state), metrics
 
-  (params, opt_state), per_step = jax.lax.scan(
-      body, (state.params, state.opt_state), rows_of
+  (params, adapters, opt_state), per_step = jax.lax.scan(
+      body, (state.params, state.adapters, state.opt_state), rows_of
   )
   metrics = {
       k: jnp.sum(v) / epochs if k.endswith("num_tokens") else jnp.mean(v)
@@ -280,6 +327,7 @@ def _steps_with(
   metrics["train/optimizer_steps"] = jnp.float32(epochs * num_minibatches)
   new_state = state.replace(
       params=params,
+      adapters=adapters,
       opt_state=opt_state,
       step=state.step + epochs * num_minibatches,
       rng=rng,
@@ -437,12 +485,13 @@ def make_update_step(
         f"config.optim.epochs={epochs} and num_minibatches={num_minibatches}"
         " must be >= 1"
     )
+  scale = lora_scale(o)
   if epochs * num_minibatches == 1:
     # The single step as it always was (no scan, no gather): bit-identical.
-    step = functools.partial(_step_with, loss_fn, optimizer)
+    step = functools.partial(_step_with, loss_fn, optimizer, scale)
   else:
     step = functools.partial(
-        _steps_with, loss_fn, optimizer, epochs, num_minibatches
+        _steps_with, loss_fn, optimizer, scale, epochs, num_minibatches
     )
 
   def counted(state, batch):
@@ -499,5 +548,5 @@ def make_sft_step(
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
     return total, metrics
 
-  step = functools.partial(_step_with, loss_fn, optimizer)
+  step = functools.partial(_step_with, loss_fn, optimizer, lora_scale(o))
   return _compile(step, mesh, config, _SFT_KEYS)

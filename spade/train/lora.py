@@ -1,0 +1,215 @@
+"""Low-rank adapters (LoRA): train A @ B beside frozen weights.
+
+`config.optim.lora_rank > 0` trains, for every projection kernel of the
+trunk and both heads, two factors A [..., left, r] and B [..., r, right]
+instead of the kernel itself; the embedding table, norms and biases stay
+frozen. This is the reference's Tinker backend (`train_spade_tinker.py`,
+`lora_rank=32`); rank 0 (the default) is full fine-tuning, its slime backend.
+
+How the state holds it: `TrainState.params` are always the weights the
+model runs with (frozen weights plus the adapters' product), so sampling,
+checkpoints and evaluation read them unchanged; `TrainState.adapters` holds
+the factors and the optimizer state is over the factors only. The update
+differentiates the loss at `params` with respect to the factors (a kernel's
+gradient g gives s·g·B^T and s·A^T·g, the gradient of W + s·A@B) and then
+moves `params` by the factors' change, s·(A'@B' - A@B), where
+s = lora_alpha / lora_rank. So
+Adam state and gradients of the full kernels are never stored across steps:
+the 0.5B model's update keeps 2.9 GiB of weights plus a few MiB of factors
+instead of 8.6 GiB of weights and Adam moments.
+
+Which dimensions a kernel's factors split is read from its logical axes
+(`transformer.PARAM_AXES`): the "embed" side is one factor, the other axes
+(heads x head_dim, mlp, vocab) the other, under the leading "layers" axis
+of a scanned stack. A starts random (scaled by 1/sqrt(left size)), B at
+zero, so the adapters start as the identity change.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spade.model import transformer
+
+PyTree = Any
+# Adapters are a flat dict keyed by the kernel's path ("layers/attn/q_proj/
+# kernel"), each {"a": A, "b": B}: optax and orbax take it as any pytree.
+Adapters = dict[str, dict[str, jax.Array]]
+
+# Leaves that get factors (by name); the embedding table, norms and biases
+# stay frozen.
+_ADAPTED = ("kernel", "unembedding")
+
+
+def _path(path) -> str:
+  return "/".join(str(getattr(p, "key", p)) for p in path)
+
+
+def _split(names: tuple[str, ...], axes: tuple[str, ...]):
+  """(lead, left, right) axis counts of a kernel, or None if not adapted."""
+  if names[-1] not in _ADAPTED:
+    return None
+  lead = 1 if axes[0] == "layers" else 0
+  body = axes[lead:]
+  if len(body) < 2 or "embed" not in (body[0], body[-1]):
+    return None
+  left = 1 if body[0] == "embed" else len(body) - 1
+  return lead, left, len(body) - left
+
+
+def _specs(params: PyTree) -> dict[str, tuple[tuple[str, ...], Any]]:
+  """path -> (logical axes, leaf) of every adapted kernel."""
+  axes = transformer.param_logical_axes(params)
+  out = {}
+
+  def visit(path, leaf, spec):
+    names = tuple(str(getattr(p, "key", p)) for p in path)
+    spec = tuple(spec)
+    if _split(names, spec) is not None:
+      out[_path(path)] = (spec, leaf)
+
+  jax.tree_util.tree_map_with_path(visit, params, axes)
+  return out
+
+
+def init_adapters(params: PyTree, rank: int, rng: jax.Array) -> Adapters:
+  """Factors for every adapted kernel of `params`: A random, B zero.
+
+  Works on arrays or `jax.ShapeDtypeStruct`s under `jax.eval_shape`; the
+  factors take the kernels' dtype.
+  """
+  if rank < 1:
+    raise ValueError(f"config.optim.lora_rank={rank} must be >= 1 here")
+  adapters = {}
+  for i, (path, (spec, leaf)) in enumerate(sorted(_specs(params).items())):
+    lead, left, right = _split(tuple(path.split("/")), spec)
+    shape = tuple(np.shape(leaf))
+    lead_shape = shape[:lead]
+    left_shape = shape[lead : lead + left]
+    right_shape = shape[lead + left :]
+    key = jax.random.fold_in(rng, i)
+    fan_in = math.prod(left_shape)
+    a = jax.random.normal(key, lead_shape + left_shape + (rank,), jnp.float32)
+    adapters[path] = {
+        "a": (a / math.sqrt(fan_in)).astype(leaf.dtype),
+        "b": jnp.zeros(lead_shape + (rank,) + right_shape, leaf.dtype),
+    }
+  return adapters
+
+
+def adapter_logical_axes(params: PyTree) -> dict[str, dict[str, tuple]]:
+  """Logical axes of each factor: its kernel's, the rank axis unsharded."""
+  out = {}
+  for path, (spec, _) in _specs(params).items():
+    lead, left, _ = _split(tuple(path.split("/")), spec)
+    head, body = spec[:lead], spec[lead:]
+    out[path] = {
+        "a": head + body[:left] + (None,),
+        "b": head + (None,) + body[left:],
+    }
+  return out
+
+
+def product(adapter: dict[str, jax.Array], lead: int) -> jax.Array:
+  """A @ B over the rank axis, batched over the `lead` leading axes."""
+  a, b = adapter["a"], adapter["b"]
+  a2 = a.reshape(a.shape[:lead] + (-1, a.shape[-1]))
+  b2 = b.reshape(b.shape[: lead + 1] + (-1,))
+  out = jnp.matmul(a2, b2, preferred_element_type=jnp.float32)
+  return out.reshape(a.shape[:-1] + b.shape[lead + 1 :])
+
+
+def _map_kernels(params: PyTree, adapters: Adapters, fn) -> PyTree:
+  """params with fn(kernel, path, lead) at every kernel in `adapters`."""
+  axes = transformer.param_logical_axes(params)
+
+  def visit(path, leaf, spec):
+    key = _path(path)
+    if key not in adapters:
+      return leaf
+    return fn(leaf, key, _split(tuple(key.split("/")), tuple(spec))[0])
+
+  return jax.tree_util.tree_map_with_path(visit, params, axes)
+
+
+def _factor_grads(g, a, b, lead, scale):
+  """(dA, dB) from the gradient g of a kernel: s·g·B^T and s·A^T·g."""
+  a2 = a.reshape(a.shape[:lead] + (-1, a.shape[-1])).astype(jnp.float32)
+  b2 = b.reshape(b.shape[: lead + 1] + (-1,)).astype(jnp.float32)
+  g2 = g.reshape(a2.shape[:-1] + (b2.shape[-1],)).astype(jnp.float32)
+  da = jnp.matmul(g2, jnp.swapaxes(b2, -1, -2)) * scale
+  db = jnp.matmul(jnp.swapaxes(a2, -1, -2), g2) * scale
+  return da.reshape(a.shape).astype(a.dtype), db.reshape(b.shape).astype(
+      b.dtype
+  )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _adapted(w, a, b, lead, scale):
+  """w itself, whose gradient flows to the factors a, b (not to w)."""
+  del a, b, lead, scale
+  return w
+
+
+def _adapted_fwd(w, a, b, lead, scale):
+  del lead, scale
+  return w, (a, b, jnp.zeros((), w.dtype))
+
+
+def _adapted_bwd(lead, scale, residuals, g):
+  a, b, w_zero = residuals
+  da, db = _factor_grads(g, a, b, lead, scale)
+  # w is frozen: a zero cotangent (a broadcast scalar XLA never stores).
+  return jnp.broadcast_to(w_zero, g.shape), da, db
+
+
+_adapted.defvjp(_adapted_fwd, _adapted_bwd)
+
+
+def attach(params: PyTree, adapters: Adapters, scale: float) -> PyTree:
+  """`params` whose gradient reaches `adapters`, with `params`' exact value.
+
+  Each adapted kernel W is returned as itself, and its gradient g becomes
+  the factors' gradients s·g·B^T and s·A^T·g: the gradient of W + s·A@B at
+  this point, without building A@B or a copy of W in the forward pass.
+  """
+
+  def fn(w, path, lead):
+    return _adapted(w, adapters[path]["a"], adapters[path]["b"], lead, scale)
+
+  return _map_kernels(params, adapters, fn)
+
+
+def shift(
+    params: PyTree, old: Adapters, new: Adapters, scale: float
+) -> PyTree:
+  """`params` moved by the factors' change: W + s·(A'@B' - A@B)."""
+
+  def fn(w, path, lead):
+    # A'B' - AB as one product of rank 2r: [A', A] @ [B'; -B].
+    both = {
+        "a": jnp.concatenate([new[path]["a"], old[path]["a"]], axis=-1),
+        "b": jnp.concatenate([new[path]["b"], -old[path]["b"]], axis=lead),
+    }
+    return (w.astype(jnp.float32) + scale * product(both, lead)).astype(
+        w.dtype
+    )
+
+  return _map_kernels(params, old, fn)
+
+
+def merged_delta(
+    params: PyTree, adapters: Adapters, scale: float
+) -> dict[str, jax.Array]:
+  """path -> s·A@B of every adapter (what training has added to a kernel)."""
+  specs = _specs(params)
+  return {
+      k: scale * product(v, _split(tuple(k.split("/")), specs[k][0])[0])
+      for k, v in adapters.items()
+  }
