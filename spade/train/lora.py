@@ -186,9 +186,7 @@ def attach(params: PyTree, adapters: Adapters, scale: float) -> PyTree:
   return _map_kernels(params, adapters, fn)
 
 
-def shift(
-    params: PyTree, old: Adapters, new: Adapters, scale: float
-) -> PyTree:
+def shift(params: PyTree, old: Adapters, new: Adapters, scale: float) -> PyTree:
   """`params` moved by the factors' change: W + s·(A'@B' - A@B)."""
 
   def fn(w, path, lead):
@@ -197,9 +195,7 @@ def shift(
         "a": jnp.concatenate([new[path]["a"], old[path]["a"]], axis=-1),
         "b": jnp.concatenate([new[path]["b"], -old[path]["b"]], axis=lead),
     }
-    return (w.astype(jnp.float32) + scale * product(both, lead)).astype(
-        w.dtype
-    )
+    return (w.astype(jnp.float32) + scale * product(both, lead)).astype(w.dtype)
 
   return _map_kernels(params, old, fn)
 
