@@ -51,6 +51,8 @@ EXTRAS = {
     "dev": [
         "pytest>=8,<10",
         "pytest-xdist>=3.5,<4",
+        # Locks the test session's shared JAX compilation cache (conftest).
+        "filelock>=3.12,<4",
         "pyink>=24.3,<26",
         "nbclient>=0.10,<0.11",
         "nbformat>=5.10,<6",

@@ -82,6 +82,12 @@ def get_config(arg=None):
     # One iteration: the designer's window closes in it (the reference
     # regenerates every 4), so its rewards and rows come in this run.
     c.designer.regeneration_interval = 1
+    # Ours for this host, the reference's Tinker backend: rank-32 adapters
+    # instead of full fine-tuning, so the update holds 2.9 GiB of weights
+    # and a few MiB of factors and Adam state, not 8.6 GiB of weights and
+    # Adam moments (`benchmarks/train_step.py --memory`: 9.2 GiB peak at
+    # 2 x 2048 tokens per role); the run fits 16 GiB.
+    c.optim.lora_rank = 32
     c.grounding.max_words = 60
     c.memory.num_examples = 0
     c.optim.microbatch_rows = 1

@@ -2,10 +2,19 @@
 
 XLA reads the device count once, at backend start, so it is set here before
 anything imports jax.
+
+One JAX compilation cache serves the whole session: a fresh directory made
+by the first process (the xdist controller, before its workers start), read
+and written by every worker and every `spade.main` the tests start, and
+removed at the end. The tiny model's programs are the same in many tests
+(each run of the loop compiles its sampler and update again), so later
+compilations are loads. A cache from outside the session is never used:
+set SPADE_TEST_JAX_CACHE=0 to compile everything afresh.
 """
 
 import os
 import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
@@ -14,6 +23,29 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # pylint: disable=g-import-not-at-top
+
+
+_OWNS_CACHE = False
+if os.environ.get("SPADE_TEST_JAX_CACHE", "1") != "0" and not os.environ.get(
+    "JAX_COMPILATION_CACHE_DIR"
+):
+  import filelock  # pylint: disable=g-import-not-at-top,unused-import  # noqa
+  # Workers and subprocesses inherit the variable, so only the first
+  # process of the session gets here.
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(
+      prefix="spade-test-jax-cache-"
+  )
+  # A size limit makes JAX take a file lock around every read and write
+  # (without one it writes entries in place, and a process reading an entry
+  # another is still writing would get a truncated program).
+  os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(16 * 2**30)
+  _OWNS_CACHE = True
+
+
+def pytest_unconfigure(config):
+  del config
+  if _OWNS_CACHE:
+    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_configure(config):
@@ -25,6 +57,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
   del config
+  # Long tests first, so xdist's workers start on them and the short ones
+  # fill the end of the run instead of one worker finishing alone.
+  items.sort(key=lambda item: "slow" not in item.keywords)
   if shutil.which("runsc"):
     return
   # Without runsc the sandbox tests cannot run; fail loudly under CI rather

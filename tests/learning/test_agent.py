@@ -30,6 +30,8 @@ from spade.selfplay import batching
 from spade.train import state as state_lib
 from spade.train import update
 
+pytestmark = pytest.mark.slow  # ~1 min of CPU per run
+
 PAD, BOS, EOS = 256, 257, 258
 MAX_NEW = 6  # the reply must stop within this many bytes
 PROMPTS = 8  # groups per iteration

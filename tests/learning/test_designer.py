@@ -31,7 +31,7 @@ from spade.selfplay import batching
 from spade.train import state as state_lib
 from spade.train import update
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 VALID = (
     "class AEnv:\n"

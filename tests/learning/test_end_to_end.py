@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 KEY = "agent/return_nohint"

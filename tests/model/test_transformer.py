@@ -455,6 +455,7 @@ def _scored(cfg, params, tokens):
   return logp
 
 
+@pytest.mark.slow  # one compilation per policy
 def test_every_remat_policy_gives_the_same_loss_and_gradients():
   cfg = _tiny()
   params = T.init_params(cfg, jax.random.key(0))

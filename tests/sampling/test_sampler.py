@@ -259,6 +259,7 @@ def test_chunked_prefill_samples_what_one_prefill_samples(setup, chunk):
     np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scan_decode", [False, True])
 def test_shared_prefix_samples_what_the_unshared_batch_samples(scan_decode):
   """Rows that start alike: their common prefix (9 tokens, shared as 8 with
