@@ -378,8 +378,15 @@ class _Clock:
     if self.alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
       signal.setitimer(signal.ITIMER_PROF, 0)
-      signal.signal(signal.SIGALRM, self._old_handler[0])
-      signal.signal(signal.SIGPROF, self._old_handler[1])
+      # A timer signal raised just before the disarm can still be pending
+      # on another thread; delivered under the default action (terminate)
+      # it would kill the host process (it did: a test worker, twice). So
+      # a default handler comes back as "ignore".
+      for signum, old in zip(
+          (signal.SIGALRM, signal.SIGPROF), self._old_handler
+      ):
+        keep = old not in (None, signal.SIG_DFL)
+        signal.signal(signum, old if keep else signal.SIG_IGN)
 
   def begin(self, call_s: float | None) -> None:
     """Arms the timers for one call (None: only the whole budget)."""

@@ -352,3 +352,28 @@ def test_static_pass_allows_ordinary_code(snippet):
 def test_static_check_reports_syntax():
   verdict = validator.static_check("def f(:\n")
   assert verdict.reason == "syntax" and verdict.lineno == 1
+
+
+def test_a_late_timer_signal_does_not_kill_the_host():
+  """After an in-process validation, a SIGPROF or SIGALRM still pending
+  (raised just before the timers were disarmed) is ignored, not the default
+  action that terminates the process."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  code = textwrap.dedent("""
+      import os, signal, sys
+      sys.path.insert(0, sys.argv[1])
+      from tests.environments.test_validator import GOOD
+      from spade.environments import validator
+      assert validator.validate_program(GOOD, time_budget_s=60.0)["valid"]
+      os.kill(os.getpid(), signal.SIGPROF)
+      os.kill(os.getpid(), signal.SIGALRM)
+      print("alive")
+  """)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+  out = subprocess.run(
+      [sys.executable, "-c", code, os.path.abspath(root)],
+      capture_output=True, text=True, timeout=120, check=False,
+  )  # fmt: skip
+  assert out.returncode == 0 and "alive" in out.stdout, out.stderr[-2000:]
