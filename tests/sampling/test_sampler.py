@@ -321,6 +321,7 @@ def test_identical_prompts_are_prefilled_once(setup):
   assert _run(sampler, params, temperature=0.0).prefilled_rows == 4
 
 
+@pytest.mark.slow
 def test_sharing_under_a_mesh_samples_what_one_device_samples():
   """A shared prefix (a row per batch shard) and repeated prompts on a
   2x2x2 mesh give the single-device, unshared tokens and log-probs."""

@@ -13,6 +13,7 @@ from tests.train import test_update as base
 
 setup = base.setup  # the module fixture: tiny model, batch for both roles
 RANK = 4
+pytestmark = pytest.mark.slow  # each test compiles an update (~25 s of CPU)
 
 
 def _lora_config(**optim):

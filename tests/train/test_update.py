@@ -124,6 +124,7 @@ def _expected_pg_loss(setup, name, config):
   )
 
 
+@pytest.mark.slow
 def test_update_matches_numpy_losses_and_moves_params(setup):
   c = setup["config"]
   mesh = _mesh(c, 2, 2, 2)
@@ -245,6 +246,7 @@ def test_loss_ignores_tokens_after_the_completion(setup):
   assert np.abs(changed[0, 4:10] - base[0, 4:10]).max() > 1e-6
 
 
+@pytest.mark.slow
 def test_sft_step_lowers_the_loss(setup):
   c = _config(learning_rate=1e-2)
   mesh = _mesh(c, 2, 2, 2)
@@ -291,6 +293,7 @@ def test_bad_batches_say_what_to_do(setup):
     kl_step(no_ref, setup["batch"])
 
 
+@pytest.mark.slow
 def test_microbatches_and_remat_give_the_same_step(setup):
   """Accumulating over micro-batches with per-layer remat changes nothing."""
   mesh_c = _config()
@@ -344,6 +347,7 @@ def _run(setup, config, mesh, batch, calls=1):
   return state, metrics
 
 
+@pytest.mark.slow
 def test_epochs_make_the_clip_bind(setup):
   """On-policy data: one step never clips; later steps of one batch do."""
   batch = _on_policy_batch(setup)
@@ -364,6 +368,7 @@ def test_epochs_make_the_clip_bind(setup):
     assert four[f"train/{name}_num_tokens"] == one[f"train/{name}_num_tokens"]
 
 
+@pytest.mark.slow
 def test_two_epochs_equal_two_single_steps(setup):
   """epochs=2 of the whole batch == two calls of the one-step update."""
   mesh = _mesh(setup["config"], 2, 1, 1)
