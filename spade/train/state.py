@@ -6,8 +6,9 @@ plus the frozen reference parameters when a KL term needs them
 (`config.optim.kl_coef > 0`; otherwise `ref_params` is None and costs
 nothing) and the low-rank adapters when the update trains those instead of
 the parameters (`config.optim.lora_rank > 0`, `spade.train.lora`; the
-optimizer state is then over the adapters). The host loop adds its curriculum state (memory, replay, corpus
-cursor) beside it in the checkpoint.
+optimizer state is then over the adapters). The host loop adds its
+curriculum state (memory, replay, corpus cursor) beside it in the
+checkpoint.
 
 Sharding: the parameters follow their logical axes through the rule table
 `config.mesh.rules`; every optimizer-state subtree shaped like the parameters
