@@ -7,7 +7,6 @@ import pytest
 
 from spade.model import transformer
 from spade.train import lora
-from spade.train import state as state_lib
 from spade.train import update
 from tests.train import test_update as base
 
@@ -103,15 +102,7 @@ def test_attach_keeps_the_value_and_gives_the_factors_gradient(setup):
 def test_update_trains_the_factors_and_params_follow(setup, epochs):
   c = _lora_config(epochs=epochs)
   mesh = base._mesh(c, 2, 2, 2)
-  optimizer = state_lib.make_optimizer(c.optim)
-  state = state_lib.create_state(
-      setup["params"],
-      optimizer,
-      rng=jax.random.PRNGKey(3),
-      mesh=mesh,
-      rules=c.mesh.rules,
-      lora_rank=c.optim.lora_rank,
-  )
+  optimizer, state = base._state(setup, c, mesh, seed=3)
   start = jax.device_get(state.adapters)
   # Adam's moments are over the factors only.
   mu = state.opt_state[1][0].mu if c.optim.grad_clip > 0 else None
@@ -147,15 +138,7 @@ def test_lora_steps_raise_the_rewarded_tokens_logprob(setup):
   """Positive advantages on every row: the sampled tokens become likelier."""
   c = _lora_config(learning_rate=1e-2)
   mesh = base._mesh(c, 1, 1, 1)
-  optimizer = state_lib.make_optimizer(c.optim)
-  state = state_lib.create_state(
-      setup["params"],
-      optimizer,
-      rng=jax.random.PRNGKey(4),
-      mesh=mesh,
-      rules=c.mesh.rules,
-      lora_rank=c.optim.lora_rank,
-  )
+  optimizer, state = base._state(setup, c, mesh, seed=4)
   batch = {
       name: dict(sub, advantages=np.ones_like(sub["advantages"]))
       for name, sub in setup["batch"].items()
@@ -206,15 +189,7 @@ def test_state_with_adapters_checkpoints_and_restores(setup, tmp_path):
 
   c = _lora_config()
   mesh = base._mesh(c, 2, 2, 1)
-  optimizer = state_lib.make_optimizer(c.optim)
-  state = state_lib.create_state(
-      setup["params"],
-      optimizer,
-      rng=jax.random.PRNGKey(5),
-      mesh=mesh,
-      rules=c.mesh.rules,
-      lora_rank=c.optim.lora_rank,
-  )
+  optimizer, state = base._state(setup, c, mesh, seed=5)
   manager = checkpoints.make_manager(str(tmp_path))
   checkpoints.save(manager, 1, state, {"cursor": 1})
   step, restored, _ = checkpoints.restore_latest(

@@ -89,16 +89,23 @@ def setup():
   )
 
 
-def _one_step(setup, config, mesh, model=None):
+def _state(setup, config, mesh, seed=3):
+  """(optimizer, the step-0 state of `setup`'s params) as `config` asks."""
   optimizer = state_lib.make_optimizer(config.optim)
   state = state_lib.create_state(
       setup["params"],
       optimizer,
-      rng=jax.random.PRNGKey(3),
+      rng=jax.random.PRNGKey(seed),
       mesh=mesh,
       rules=config.mesh.rules,
       keep_reference=state_lib.keeps_reference(config),
+      lora_rank=config.optim.lora_rank,
   )
+  return optimizer, state
+
+
+def _one_step(setup, config, mesh, model=None):
+  optimizer, state = _state(setup, config, mesh)
   step = update.make_update_step(
       model or setup["model"], optimizer, mesh, config
   )
