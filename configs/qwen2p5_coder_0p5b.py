@@ -88,6 +88,11 @@ def get_config(arg=None):
     # Adam moments (`benchmarks/train_step.py --memory`: 9.2 GiB peak at
     # 2 x 2048 tokens per role); this run peaked at 11.1 GiB (16.9 without).
     c.optim.lora_rank = 32
+    # Each layer already keeps only its input (`model.remat`), so the
+    # micro-batch scan keeps its residuals (~0.27 GiB per 3,100-token row)
+    # instead of recomputing the whole forward: 20% less update time
+    # (benchmarks/README.md, seventh session).
+    c.optim.microbatch_remat = False
     c.grounding.max_words = 60
     c.memory.num_examples = 0
     c.optim.microbatch_rows = 1

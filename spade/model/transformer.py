@@ -914,6 +914,7 @@ class Transformer(nn.Module):
       last_only: bool = False,
       targets: Array | None = None,
       chunk: int = 256,
+      score_mask: Array | None = None,
   ) -> tuple[Array, Cache | None]:
     """Runs the decoder.
 
@@ -936,6 +937,10 @@ class Transformer(nn.Module):
         [B, L, V] logits never exist at once (the update's memory for a
         150k-262k vocabulary).
       chunk: positions per chunk with `targets`.
+      score_mask: optional bool[B, L] with `targets`: the positions whose
+        log-probability is needed; a chunk with none in any row is not
+        computed (its log-probabilities are 0), so a long prompt costs no
+        vocabulary matmuls.
 
     Returns:
       (float32 logits [B, L, V] (or [B, 1, V]) or target logprobs [B, L],
@@ -986,13 +991,18 @@ class Transformer(nn.Module):
 
     if targets is not None:
       table = _Heads(cfg, name="heads")(x, Role(role), table_only=True)
-      return chunked_logprobs(x, table, targets, chunk), new_cache
+      logp = chunked_logprobs(x, table, targets, chunk, score_mask)
+      return logp, new_cache
     logits = _Heads(cfg, name="heads")(x, Role(role))
     return _constrain(logits, "batch", "length", "vocab"), new_cache
 
 
 def chunked_logprobs(
-    x: Array, table: Array, targets: Array, chunk: int
+    x: Array,
+    table: Array,
+    targets: Array,
+    chunk: int,
+    score_mask: Array | None = None,
 ) -> Array:
   """log softmax(x @ table.T)[targets], `chunk` positions at a time.
 
@@ -1004,6 +1014,9 @@ def chunked_logprobs(
     table: [V, E] the role's unembedding.
     targets: int32[B, L] token ids to score.
     chunk: positions per chunk.
+    score_mask: optional bool[B, L], the positions needed: a chunk without
+      one (in any row) skips its matmul, forward and backward (`lax.cond`),
+      and gives 0.
 
   Returns:
     float32[B, L].
@@ -1015,17 +1028,30 @@ def chunked_logprobs(
   xs = jnp.pad(x, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, e)
   ts = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk)
   table = table.astype(x.dtype)
+  if score_mask is None:
+    needed = jnp.ones((n,), bool)
+  else:
+    needed = jnp.pad(score_mask.astype(bool), ((0, 0), (0, pad)))
+    needed = jnp.any(needed.reshape(b, n, chunk), axis=(0, 2))
 
-  @jax.checkpoint
-  def one(args):
-    xc, tc = args
+  def score(xc, tc):
     logits = jnp.einsum(
         "bce,ve->bcv", xc, table, preferred_element_type=jnp.float32
     )
     picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
-  out = jax.lax.map(one, (xs.transpose(1, 0, 2, 3), ts.transpose(1, 0, 2)))
+  @jax.checkpoint
+  def one(args):
+    xc, tc, need = args
+    if score_mask is None:
+      return score(xc, tc)
+    skip = lambda xc, tc: jnp.zeros(tc.shape, jnp.float32)  # pylint: disable=unnecessary-lambda-assignment
+    return jax.lax.cond(need, score, skip, xc, tc)
+
+  out = jax.lax.map(
+      one, (xs.transpose(1, 0, 2, 3), ts.transpose(1, 0, 2), needed)
+  )
   return out.transpose(1, 0, 2).reshape(b, n * chunk)[:, :length]
 
 

@@ -101,11 +101,15 @@ def _positions(sub: Mapping[str, jax.Array]) -> jax.Array:
 def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
   """Log-probability of each token given the ones before it (column 0: 0).
 
-  The same values as `losses.token_logprobs(logits, tokens)`, computed by the
-  model in position chunks so the full [B, L, V] logits never exist.
+  The same values as `losses.token_logprobs(logits, tokens)` wherever
+  `sub["loss_mask"]` is set, computed by the model in position chunks so the
+  full [B, L, V] logits never exist; a chunk of positions the loss does not
+  read (a long prompt) is skipped and gives 0.
   """
   tokens = sub["tokens"]
   targets = jnp.pad(tokens[:, 1:], ((0, 0), (0, 1)))
+  # Position t scores token t + 1: only where the loss reads it.
+  needed = jnp.pad(sub["loss_mask"][:, 1:].astype(bool), ((0, 0), (0, 1)))
   logp, _ = model.apply(
       {"params": params},
       tokens,
@@ -114,11 +118,12 @@ def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
       input_mask=sub["input_mask"].astype(bool),
       targets=targets,
       chunk=chunk,
+      score_mask=needed,
   )
   return jnp.pad(logp[:, :-1], ((0, 0), (1, 0)))
 
 
-def _microbatched(loss_of, sub, rows_per_microbatch: int):
+def _microbatched(loss_of, sub, rows_per_microbatch: int, remat: bool = True):
   """`loss_of(sub)` over micro-batches, one at a time, with an exact mean.
 
   The sub-batch's rows are split into micro-batches of `rows_per_microbatch`
@@ -133,6 +138,9 @@ def _microbatched(loss_of, sub, rows_per_microbatch: int):
     loss_of: sub-batch -> (mean loss, metrics of means).
     sub: the role's sub-batch.
     rows_per_microbatch: 0 (or >= rows): no split.
+    remat: recompute each micro-batch's forward in the backward pass (keep
+      only its inputs); False keeps its residuals across the scan, which
+      saves a forward pass when the model rematerialises its own layers.
 
   Returns:
     (loss, metrics) as `loss_of` would give on the whole sub-batch.
@@ -153,11 +161,13 @@ def _microbatched(loss_of, sub, rows_per_microbatch: int):
       dict(sub),
   )
 
-  @jax.checkpoint
   def body(carry, mb):
     loss, metrics = loss_of(mb)
     weight = jnp.sum(losses.token_weights(mb["loss_mask"], mb["weights"]))
     return carry, (loss, metrics, weight)
+
+  if remat:
+    body = jax.checkpoint(body)
 
   _, (loss, metrics, weight) = jax.lax.scan(body, None, split)
   total = jnp.maximum(jnp.sum(weight), 1.0)
@@ -473,7 +483,10 @@ def make_update_step(
             max_importance_weight=(designer_iw if name == "designer" else None),
         )
 
-      loss, m = _microbatched(role_loss, batch[name], o.microbatch_rows)
+      loss, m = _microbatched(
+          role_loss, batch[name], o.microbatch_rows,
+          o.get("microbatch_remat", True),
+      )  # fmt: skip
       total = total + role_weight[name] * loss
       metrics[f"train/{name}_loss"] = loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
@@ -543,7 +556,10 @@ def make_sft_step(
         logp = _logprobs(model, params, sub, role, o.logprob_chunk)
         return losses.sft_loss(logp, sub["loss_mask"], sub["weights"])
 
-      loss, m = _microbatched(role_loss, batch[name], o.microbatch_rows)
+      loss, m = _microbatched(
+          role_loss, batch[name], o.microbatch_rows,
+          o.get("microbatch_remat", True),
+      )  # fmt: skip
       total = total + role_weight[name] * loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
     return total, metrics

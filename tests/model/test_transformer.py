@@ -355,6 +355,43 @@ def test_chunked_target_logprobs_equal_full_log_softmax():
     np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+def test_score_mask_skips_chunks_with_nothing_to_score():
+  """Chunks without a scored position give 0 and no gradient; the rest,
+  and the gradient of the scored positions, are those of the full pass."""
+  cfg = T.ModelConfig.from_config(config_lib.base_config().model)
+  model = T.build_model(cfg)
+  params = T.init_params(cfg, jax.random.PRNGKey(3))
+  tokens = jax.random.randint(jax.random.PRNGKey(4), (2, 16), 0, 259)
+  positions = jnp.broadcast_to(jnp.arange(16), (2, 16))
+  # Chunks of 4: chunk 0 unscored, chunk 1 scored in row 1 only, chunk 2
+  # unscored, chunk 3 scored in row 0.
+  mask = np.zeros((2, 16), bool)
+  mask[1, 5] = True
+  mask[0, 12:15] = True
+
+  def scored(p, score_mask):
+    lp, _ = model.apply(
+        {"params": p}, tokens, positions, T.Role.AGENT, targets=tokens,
+        chunk=4, score_mask=score_mask,
+    )  # fmt: skip
+    return lp
+
+  full, skipped = scored(params, None), scored(params, jnp.asarray(mask))
+  computed = np.zeros((2, 16), bool)
+  computed[:, 4:8] = computed[:, 12:16] = True
+  np.testing.assert_allclose(skipped[computed], full[computed], atol=1e-6)
+  assert np.all(np.asarray(skipped)[~computed] == 0.0)
+  assert np.all(np.asarray(full)[~computed] != 0.0)
+
+  def loss(p, score_mask):
+    return jnp.sum(jnp.where(mask, scored(p, score_mask), 0.0))
+
+  g1 = jax.grad(loss)(params, None)
+  g2 = jax.grad(loss)(params, jnp.asarray(mask))
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def _reference_forward(cfg, per_layer, tokens, role=T.Role.AGENT):
   """The decoder as a Python loop over `layer_i` subtrees, unscanned.
 

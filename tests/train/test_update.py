@@ -302,26 +302,38 @@ def test_bad_batches_say_what_to_do(setup):
 
 @pytest.mark.slow
 def test_microbatches_and_remat_give_the_same_step(setup):
-  """Accumulating over micro-batches with per-layer remat changes nothing."""
+  """Accumulating over micro-batches with per-layer remat, with or without
+  recomputing each micro-batch's forward, changes nothing."""
   mesh_c = _config()
   mesh = _mesh(mesh_c, 2, 1, 1)
   outs = []
-  for microbatch_rows, remat in ((0, "none"), (2, "full")):
+  for microbatch_rows, remat, microbatch_remat in (
+      (0, "none", True),
+      (2, "full", True),
+      (2, "full", False),
+  ):
     # Adam's first step is about lr * sign(g): at 1e-3 a gradient near eps
     # turns float rounding-order differences into 2.6e-5 on a weight; at
     # 1e-4 the comparison still sees a wrong step (updates are 1e-4).
-    c = _config(microbatch_rows=microbatch_rows, learning_rate=1e-4)
+    c = _config(
+        microbatch_rows=microbatch_rows,
+        microbatch_remat=microbatch_remat,
+        learning_rate=1e-4,
+    )
     c.model.remat = remat
     _, new_state, metrics = _one_step(
         setup, c, mesh, transformer.build_model(c.model)
     )
     outs.append((jax.device_get(new_state.params), metrics))
-  (p0, m0), (p1, m1) = outs
-  for key in ("train/loss", "train/agent_pg_loss", "train/designer_clip_frac"):
-    np.testing.assert_allclose(m1[key], m0[key], rtol=1e-5, atol=1e-6)
-  assert m1["train/agent_num_tokens"] == m0["train/agent_num_tokens"]
-  for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):
-    np.testing.assert_allclose(a, b, atol=1e-5)
+  (p0, m0), *rest = outs
+  for p1, m1 in rest:
+    for key in (
+        "train/loss", "train/agent_pg_loss", "train/designer_clip_frac"
+    ):  # fmt: skip
+      np.testing.assert_allclose(m1[key], m0[key], rtol=1e-5, atol=1e-6)
+    assert m1["train/agent_num_tokens"] == m0["train/agent_num_tokens"]
+    for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):
+      np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def _on_policy_batch(setup):
