@@ -428,6 +428,16 @@ def apply_rope(
   return out.astype(x.dtype)
 
 
+# The variable collection of low-rank adapters (`spade.train.lora`): a
+# module with {"a": A[*in, r], "b": B[r, *out]} in it adds u - sg(u), with
+# u = sg(x)·A·B, to its output (B already holds the adapters' scale). The
+# kernels are the merged weights the model runs with, so the value is
+# theirs exactly and so is the gradient to x (sg(x): the kernel already
+# holds A·B), while the gradient reaches A and B without the kernel's own
+# gradient (x^T·dy, as costly as the forward matmul) ever being formed.
+LORA = "lora"
+
+
 class Linear(nn.Module):
   """x[..., *in] @ kernel[*in, *features] (+ bias[*features]).
 
@@ -468,6 +478,21 @@ class Linear(nn.Module):
         ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
         preferred_element_type=jnp.float32,
     )
+    if self.has_variable(LORA, "a"):
+      a, b = self.get_variable(LORA, "a"), self.get_variable(LORA, "b")
+      xa = jax.lax.dot_general(
+          jax.lax.stop_gradient(x).astype(dtype),
+          a.astype(dtype),
+          ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
+          preferred_element_type=jnp.float32,
+      )
+      delta = jax.lax.dot_general(
+          xa.astype(dtype),
+          b.astype(dtype),
+          (((xa.ndim - 1,), (0,)), ((), ())),
+          preferred_element_type=jnp.float32,
+      )
+      y = y + _gradient_only(delta)
     if self.use_bias:
       bias = self.param(
           "bias",
@@ -477,6 +502,11 @@ class Linear(nn.Module):
       )
       y = y + bias.astype(jnp.float32)
     return y.astype(dtype)
+
+
+def _gradient_only(delta: Array) -> Array:
+  """Zero, with the gradient of `delta` (an adapter's term, see `LORA`)."""
+  return delta - jax.lax.stop_gradient(delta)
 
 
 def _proj(
@@ -871,7 +901,7 @@ def _stack(
   kinds = tuple(cfg.is_global(first + j) for j in range(size))
   scanned = nn.scan(
       _Group,
-      variable_axes={"params": 0},
+      variable_axes={"params": 0, LORA: 0},
       split_rngs={"params": True},
       in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
       length=length,
@@ -990,8 +1020,10 @@ class Transformer(nn.Module):
     x = RMSNorm(cfg.norm_eps, pdt, "final_norm", name="final_norm")(x)
 
     if targets is not None:
-      table = _Heads(cfg, name="heads")(x, Role(role), table_only=True)
-      logp = chunked_logprobs(x, table, targets, chunk, score_mask)
+      table, factors = _Heads(cfg, name="heads")(
+          x, Role(role), table_only=True
+      )
+      logp = chunked_logprobs(x, table, targets, chunk, score_mask, factors)
       return logp, new_cache
     logits = _Heads(cfg, name="heads")(x, Role(role))
     return _constrain(logits, "batch", "length", "vocab"), new_cache
@@ -1003,6 +1035,7 @@ def chunked_logprobs(
     targets: Array,
     chunk: int,
     score_mask: Array | None = None,
+    factors: tuple[Array, Array] | None = None,
 ) -> Array:
   """log softmax(x @ table.T)[targets], `chunk` positions at a time.
 
@@ -1017,6 +1050,8 @@ def chunked_logprobs(
     score_mask: optional bool[B, L], the positions needed: a chunk without
       one (in any row) skips its matmul, forward and backward (`lax.cond`),
       and gives 0.
+    factors: optional adapter factors (A[V, r], B[r, E]) of the table (see
+      `LORA`): gradient only, the value is the table's.
 
   Returns:
     float32[B, L].
@@ -1035,9 +1070,7 @@ def chunked_logprobs(
     needed = jnp.any(needed.reshape(b, n, chunk), axis=(0, 2))
 
   def score(xc, tc):
-    logits = jnp.einsum(
-        "bce,ve->bcv", xc, table, preferred_element_type=jnp.float32
-    )
+    logits = _head_logits(xc, table, factors)
     picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
@@ -1074,33 +1107,54 @@ class _Embedder(nn.Module):
     )
 
 
+def _head_logits(
+    x: Array, table: Array, factors: tuple[Array, Array] | None
+) -> Array:
+  """float32 x[B, L, E] @ table[V, E].T, plus an adapter's gradient-only term."""
+  logits = jnp.einsum(
+      "ble,ve->blv", x, table.astype(x.dtype),
+      preferred_element_type=jnp.float32,
+  )  # fmt: skip
+  if factors is not None:
+    a, b = factors
+    xb = jnp.einsum(
+        "ble,re->blr", jax.lax.stop_gradient(x), b.astype(x.dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    delta = jnp.einsum(
+        "blr,vr->blv", xb.astype(x.dtype), a.astype(x.dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    logits = logits + _gradient_only(delta)
+  return logits
+
+
 class _Heads(nn.Module):
   """Holds both unembeddings (so both exist after init) and applies one."""
 
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x: Array, role: Role, table_only: bool = False) -> Array:
-    tables = {
+  def __call__(self, x: Array, role: Role, table_only: bool = False):
+    """float32 logits [B, L, V]; with `table_only`, (the role's table, its
+    adapter factors or None) instead."""
+    heads = {
         r: _UnembeddingHead(self.cfg, name=head)()
         for r, head in ROLE_HEADS.items()
     }
     if table_only:
-      return tables[role]
-    table = tables[role].astype(x.dtype)
-    return jnp.einsum(
-        "ble,ve->blv", x, table, preferred_element_type=jnp.float32
-    )
+      return heads[role]
+    return _head_logits(x, *heads[role])
 
 
 class _UnembeddingHead(nn.Module):
-  """One role's [vocab, embed] output table."""
+  """One role's [vocab, embed] output table (and its adapter factors)."""
 
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self) -> Array:
-    return self.param(
+  def __call__(self) -> tuple[Array, tuple[Array, Array] | None]:
+    table = self.param(
         "unembedding",
         _init(
             nn.initializers.variance_scaling(1.0, "fan_in", "normal", 1, 0),
@@ -1110,6 +1164,10 @@ class _UnembeddingHead(nn.Module):
         (self.cfg.vocab_size, self.cfg.embed_dim),
         jnp.dtype(self.cfg.param_dtype),
     )
+    factors = None
+    if self.has_variable(LORA, "a"):
+      factors = (self.get_variable(LORA, "a"), self.get_variable(LORA, "b"))
+    return table, factors
 
 
 def build_model(model_config) -> Transformer:

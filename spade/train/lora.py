@@ -10,8 +10,10 @@ How the state holds it: `TrainState.params` are always the weights the
 model runs with (frozen weights plus the adapters' product), so sampling,
 checkpoints and evaluation read them unchanged; `TrainState.adapters` holds
 the factors and the optimizer state is over the factors only. The update
-differentiates the loss at `params` with respect to the factors (a kernel's
-gradient g gives s·g·B^T and s·A^T·g, the gradient of W + s·A@B) and then
+differentiates the loss at `params` with respect to the factors, each
+projection adding a zero-valued term u - stop_gradient(u) with
+u = stop_gradient(x)·A·(sB) (`attach`, `transformer.LORA`), so no kernel's
+gradient is formed, and then
 moves `params` by the factors' change, s·(A'@B' - A@B), where
 s = lora_alpha / lora_rank. So
 Adam state and gradients of the full kernels are never stored across steps:
@@ -27,9 +29,8 @@ zero, so the adapters start as the identity change.
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -138,52 +139,42 @@ def _map_kernels(params: PyTree, adapters: Adapters, fn) -> PyTree:
   return jax.tree_util.tree_map_with_path(visit, params, axes)
 
 
-def _factor_grads(g, a, b, lead, scale):
-  """(dA, dB) from the gradient g of a kernel: s·g·B^T and s·A^T·g."""
-  a2 = a.reshape(a.shape[:lead] + (-1, a.shape[-1])).astype(jnp.float32)
-  b2 = b.reshape(b.shape[: lead + 1] + (-1,)).astype(jnp.float32)
-  g2 = g.reshape(a2.shape[:-1] + (b2.shape[-1],)).astype(jnp.float32)
-  da = jnp.matmul(g2, jnp.swapaxes(b2, -1, -2)) * scale
-  db = jnp.matmul(jnp.swapaxes(a2, -1, -2), g2) * scale
-  return da.reshape(a.shape).astype(a.dtype), db.reshape(b.shape).astype(
-      b.dtype
-  )
+class Attached(NamedTuple):
+  """Parameters with adapters attached: what the update's loss takes.
 
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _adapted(w, a, b, lead, scale):
-  """w itself, whose gradient flows to the factors a, b (not to w)."""
-  del a, b, lead, scale
-  return w
-
-
-def _adapted_fwd(w, a, b, lead, scale):
-  del lead, scale
-  return w, (a, b, jnp.zeros((), w.dtype))
-
-
-def _adapted_bwd(lead, scale, residuals, g):
-  a, b, w_zero = residuals
-  da, db = _factor_grads(g, a, b, lead, scale)
-  # w is frozen: a zero cotangent (a broadcast scalar XLA never stores).
-  return jnp.broadcast_to(w_zero, g.shape), da, db
-
-
-_adapted.defvjp(_adapted_fwd, _adapted_bwd)
-
-
-def attach(params: PyTree, adapters: Adapters, scale: float) -> PyTree:
-  """`params` whose gradient reaches `adapters`, with `params`' exact value.
-
-  Each adapted kernel W is returned as itself, and its gradient g becomes
-  the factors' gradients s·g·B^T and s·A^T·g: the gradient of W + s·A@B at
-  this point, without building A@B or a copy of W in the forward pass.
+  `params` are the weights the model runs with; `lora` is the model's
+  `transformer.LORA` collection, {"a": A, "b": s·B} at each adapted
+  module's path.
   """
 
-  def fn(w, path, lead):
-    return _adapted(w, adapters[path]["a"], adapters[path]["b"], lead, scale)
+  params: PyTree
+  lora: PyTree
 
-  return _map_kernels(params, adapters, fn)
+
+def attach(params: PyTree, adapters: Adapters, scale: float) -> Attached:
+  """`params` whose gradient reaches `adapters`, with `params`' exact value.
+
+  Each adapted projection adds u - stop_gradient(u), u =
+  stop_gradient(x)·A·(sB), to its output (`transformer.LORA`): zero, with
+  the gradient of W + s·A@B at this point (x's gradient is W's alone: W
+  already holds s·A@B). The kernels' own gradients (x^T·dy, a matmul as costly as the
+  forward's) are never formed, and neither is A@B or a copy of W.
+  """
+  tree: dict[str, Any] = {}
+  for path, factors in adapters.items():
+    node = tree
+    for key in path.split("/")[:-1]:  # the module's path, not the leaf
+      node = node.setdefault(key, {})
+    node["a"] = factors["a"]
+    node["b"] = factors["b"] * jnp.asarray(scale, factors["b"].dtype)
+  return Attached(params, tree)
+
+
+def variables(params: PyTree | Attached) -> dict[str, PyTree]:
+  """The `model.apply` variables of plain or `attach`ed parameters."""
+  if isinstance(params, Attached):
+    return {"params": params.params, transformer.LORA: params.lora}
+  return {"params": params}
 
 
 def shift(params: PyTree, old: Adapters, new: Adapters, scale: float) -> PyTree:

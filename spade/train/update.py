@@ -111,7 +111,7 @@ def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
   # Position t scores token t + 1: only where the loss reads it.
   needed = jnp.pad(sub["loss_mask"][:, 1:].astype(bool), ((0, 0), (0, 1)))
   logp, _ = model.apply(
-      {"params": params},
+      lora.variables(params),
       tokens,
       _positions(sub),
       role,

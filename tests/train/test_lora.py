@@ -51,7 +51,8 @@ def test_adapters_cover_every_projection_and_head_but_not_the_embedding(
 
 
 def test_attach_keeps_the_value_and_gives_the_factors_gradient(setup):
-  """d/dA, d/dB of loss(W + s·(AB - sg(AB))) equal those of loss(W + s·AB)."""
+  """d/dA, d/dB of loss(x·W + x·A·sB - sg(x·A·sB)) equal those of
+  loss(W + s·AB), and the attached model's output is W's, exactly."""
   params = jax.tree.map(jnp.asarray, setup["params"])
   adapters = lora.init_adapters(params, RANK, jax.random.PRNGKey(1))
   # Non-zero B, so both factors' gradients are non-trivial.
@@ -60,22 +61,30 @@ def test_attach_keeps_the_value_and_gives_the_factors_gradient(setup):
       adapters,
   )
   scale = 2.0
-  attached = lora.attach(params, adapters, scale)
-  for a, b in zip(jax.tree.leaves(attached), jax.tree.leaves(params)):
-    assert np.array_equal(np.asarray(a), np.asarray(b))
-
   model = setup["model"]
   sub = setup["batch"]["agent"]
 
-  def loss(p):
+  def logits_of(p):
     logits, _ = model.apply(
-        {"params": p},
+        lora.variables(p),
         sub["tokens"],
         sub["positions"],
         transformer.Role.AGENT,
         input_mask=sub["input_mask"],
     )
-    return jnp.mean(jax.nn.log_softmax(logits)[..., 0] ** 2)
+    return logits
+
+  def loss(p):
+    return jnp.mean(jax.nn.log_softmax(logits_of(p))[..., 0] ** 2)
+
+  attached = lora.attach(params, adapters, scale)
+  assert np.array_equal(
+      np.asarray(jax.jit(logits_of)(attached)),
+      np.asarray(jax.jit(logits_of)(params)),
+  )
+  # One {a, b} per adapted kernel, at its module's path; the gradients
+  # below show that each module reads its own.
+  assert len(jax.tree.leaves(attached.lora)) == 2 * len(adapters)
 
   # W0 = W - s·A0B0 (A0, B0: these factors, held fixed), so that
   # W0 + s·AB is W at these factors and depends on them directly.
