@@ -1020,9 +1020,7 @@ class Transformer(nn.Module):
     x = RMSNorm(cfg.norm_eps, pdt, "final_norm", name="final_norm")(x)
 
     if targets is not None:
-      table, factors = _Heads(cfg, name="heads")(
-          x, Role(role), table_only=True
-      )
+      table, factors = _Heads(cfg, name="heads")(x, Role(role), table_only=True)
       logp = chunked_logprobs(x, table, targets, chunk, score_mask, factors)
       return logp, new_cache
     logits = _Heads(cfg, name="heads")(x, Role(role))
