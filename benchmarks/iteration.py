@@ -10,7 +10,8 @@ rollout engine steps one half of the episodes while sampling the other);
 the last line is key=value pairs: iteration_s, sampling_s, sandbox_s,
 rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s, the prompt
 tokens the sampler would prefill row by row (`prefill_tokens`) and those its
-prefix and identical-prompt sharing saved (`prefill_tokens_saved`), the tokens
+prefix and identical-prompt sharing and the turns' carried caches saved
+(`prefill_tokens_saved`), the tokens
 the update scores per episode of T = 1, 5 and 25 turns with one row per
 episode (`scored_tokens_per_episode_tT`) and with one row per turn
 (`per_turn_tokens_per_episode_tT`), measured on episodes played by the real
@@ -79,8 +80,8 @@ def scored_tokens(turns: int) -> tuple[int, int]:
     def close(self, ids):
       del ids
 
-  def sampler(prompts, seed):
-    del seed
+  def sampler(prompts, seed, keys=None):
+    del seed, keys
     ids = tok.encode("\\boxed{" + "m" * 23 + "}") + [tok.eos_id]
     return [(ids, [-1.0] * len(ids), tok.decode(ids)) for _ in prompts]
 

@@ -210,6 +210,12 @@ def base_config() -> ConfigDict:
   # prompts then grow by the sampled tokens. False: one row per turn, each
   # holding the whole history again.
   c.agent.episode_rows = True
+  # Each turn of an episode continues the KV cache its previous turn left
+  # (`spade.sampling.text.Session`): only the reply's last token and the
+  # environment's answer are prefilled, not the whole history again. False
+  # prefills every turn's prompt whole. Models with sliding windows (Gemma 3)
+  # always do.
+  c.agent.carry_cache = True
   # An episode's return. "final_if_terminated" (the reference's
   # `episode_reward`): the last reward, clipped to [-1, 1], if the
   # environment terminated the episode, else 0. "clipped_total" (ours

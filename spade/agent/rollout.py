@@ -48,9 +48,14 @@ class TokenSampler(Protocol):
   """What the engine needs from the model: a batched, seeded sampling call."""
 
   def __call__(
-      self, prompts: list[list[int]], seed: int
+      self, prompts: list[list[int]], seed: int, keys: list[int]
   ) -> list[tuple[list[int], list[float], str]]:
-    """Returns (token ids, logprobs, decoded text) for each prompt."""
+    """Returns (token ids, logprobs, decoded text) for each prompt.
+
+    `keys` name each prompt's episode: a sampler may keep an episode's KV
+    cache between its turns (`spade.sampling.text.Session`), since the
+    next prompt of an exact episode extends this one and its reply.
+    """
     ...
 
 
@@ -375,7 +380,9 @@ def run_episodes(
       ids_i, in_seq = prompt_for(live[i])
       prompts.append((ids_i, in_seq))
     start = time.perf_counter()
-    outs = sampler([p for p, _ in prompts], seed * 1000 + 2 * turn + half)
+    outs = sampler(
+        [p for p, _ in prompts], seed * 1000 + 2 * turn + half, keys=list(ids)
+    )
     stats.sampling_s += time.perf_counter() - start
     stats.tokens_sampled += sum(len(o[0]) for o in outs)
     return prompts, outs

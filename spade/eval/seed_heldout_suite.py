@@ -150,8 +150,8 @@ class _ResponderSampler:
     self._messages[tuple(ids)] = messages
     return ids
 
-  def __call__(self, prompts: list[list[int]], seed: int):
-    del seed  # the responder keeps its own sampling keys
+  def __call__(self, prompts: list[list[int]], seed: int, keys=None):
+    del seed, keys  # the responder keeps its own sampling keys
     replies = self._responder.respond(
         [self._messages[tuple(ids)] for ids in prompts]
     )

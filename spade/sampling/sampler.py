@@ -61,6 +61,8 @@ Array = jax.Array
 
 # Vocabulary block size of the two-stage inverse-CDF draw.
 _BLOCK = 512
+# A length past any sliding window: a ring buffer's size stops following it.
+_LONG = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +88,27 @@ class SampleOutput:
   # Prompt tokens (padding included) a row-by-row prefill would have
   # written that the sharing did not.
   prefill_tokens_saved: int = 0
+  # With `keep_cache`: the final KV cache (on device) and, per row, the
+  # slots holding the row's prompt and every sampled token but the last, in
+  # order (what a later call continues from, see `Carry`).
+  cache: Any = None
+  slots: tuple[np.ndarray, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Carry:
+  """Rows of an earlier call's KV cache that this call's rows continue.
+
+  Row r of the call starts from row `rows[r]` of `cache` (-1: from nothing),
+  whose tokens sit at slots `slots[r]` in order (-1 pads the end); its prompt
+  then holds only the tokens after those, and its positions continue from
+  their count. Nothing is prefilled again, and a row's samples are those a
+  prefill of its whole history would give (up to float rounding).
+  """
+
+  cache: Any  # `SampleOutput.cache` of the earlier call
+  rows: np.ndarray  # int32[B]
+  slots: np.ndarray  # int32[B, C]
 
 
 def left_pad(
@@ -142,6 +165,51 @@ def _take_rows(cache, rows: Array, axes):
     )
 
   return jax.tree.map(take, cache, axes)
+
+
+def _slot_axes(init_cache, length: int):
+  """Per cache leaf: the axis holding the time slots, or None (a leaf
+  whose size does not follow the length, e.g. a sliding window's ring)."""
+  one = jax.eval_shape(lambda: init_cache(1, length))
+  two = jax.eval_shape(lambda: init_cache(1, length + 1))
+
+  def axis(a, b):
+    grew = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
+    return grew[0] if grew else None
+
+  return jax.tree.map(axis, one, two)
+
+
+def _carried(old, new, rows: Array, slots: Array, row_axes, slot_axes):
+  """`new` with slots [0, C) of each row r holding row rows[r]'s entries at
+  slots[r] of `old` (slots -1: empty, position -1, never attended)."""
+  c = slots.shape[1]
+  valid = slots >= 0
+  safe_rows = jnp.maximum(rows, 0)
+  safe_slots = jnp.maximum(slots, 0)
+
+  def put(x_old, x_new, spec, t):
+    axis, per_row = spec
+    shape = x_old.shape
+    y = x_old.reshape(shape[:axis] + (shape[axis] // per_row, per_row)
+                      + shape[axis + 1 :])  # fmt: skip
+    y = jnp.take(y, safe_rows, axis=axis)
+    t = t + 1  # the rows' axis was split in two before it
+    # The slot index of each (row, slot), broadcast over the other axes.
+    idx_shape = [1] * y.ndim
+    idx_shape[axis], idx_shape[t] = rows.shape[0], c
+    idx = safe_slots.reshape(idx_shape)
+    y = jnp.take_along_axis(y, jnp.broadcast_to(
+        idx, y.shape[:t] + (c,) + y.shape[t + 1 :]), axis=t)  # fmt: skip
+    if jnp.issubdtype(y.dtype, jnp.integer):  # positions: -1 where empty
+      y = jnp.where(valid.reshape(idx_shape), y, -1)
+    y = y.reshape(shape[:axis] + (rows.shape[0] * per_row,)
+                  + y.shape[axis + 2 :])  # fmt: skip
+    return jax.lax.dynamic_update_slice_in_dim(
+        x_new, y.astype(x_new.dtype), 0, axis=t - 1
+    )
+
+  return jax.tree.map(put, old, new, row_axes, slot_axes)
 
 
 def bucket(n: int, minimum: int = 8) -> int:
@@ -261,8 +329,19 @@ class Sampler:
   def _compiled(self):
     return jax.jit(
         self._generate,
-        static_argnames=("max_new_tokens", "greedy", "top_k", "use_top_p"),
+        static_argnames=(
+            "max_new_tokens", "greedy", "top_k", "use_top_p", "keep_cache"
+        ),
+    )  # fmt: skip
+
+  @functools.cached_property
+  def can_continue(self) -> bool:
+    """Whether a call can start from a `Carry`: every cache leaf has a slot
+    axis that follows the length (no sliding window's ring buffer)."""
+    axes = jax.tree.leaves(
+        _slot_axes(self.init_cache, _LONG), is_leaf=lambda x: x is None
     )
+    return all(a is not None for a in axes)
 
   def __call__(
       self,
@@ -276,6 +355,8 @@ class Sampler:
       top_k: int = 0,
       top_p: float = 1.0,
       row_max_new_tokens: np.ndarray | None = None,
+      carry: Carry | None = None,
+      keep_cache: bool = False,
   ) -> SampleOutput:
     """Samples continuations of left-padded prompts.
 
@@ -291,6 +372,11 @@ class Sampler:
       top_k: keep the k most likely tokens (0 = all).
       top_p: nucleus mass (1.0 = all).
       row_max_new_tokens: optional int32[B] per-row limits (<= max_new_tokens).
+      carry: rows of an earlier call's cache the rows continue (`Carry`);
+        `prompts` then hold only the tokens after the carried ones. No prefix
+        or row sharing in such a call (the rows' caches differ).
+      keep_cache: return the final cache and each row's slots in the output,
+        for a later call's `Carry`.
 
     Returns:
       A `SampleOutput` (see module docstring).
@@ -325,17 +411,41 @@ class Sampler:
     shards = 1
     if self.mesh is not None:
       shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    prefix, prompts, prompt_lengths = self._split_prefix(
-        prompts, prompt_lengths, shards
-    )
-    unique, inverse = self._unique_rows(prompts, prompt_lengths, shards)
+    base = np.zeros((b,), np.int32)  # tokens before each row's prompt
+    carried = None
+    if carry is not None:
+      if not self.can_continue:
+        raise ValueError(
+            "this model's cache keeps ring buffers (sliding windows), so a"
+            " call cannot continue an earlier one: sample without `carry`"
+        )
+      rows = np.asarray(carry.rows, np.int32)
+      slots = np.asarray(carry.slots, np.int32)
+      if rows.shape != (b,) or slots.ndim != 2 or slots.shape[0] != b:
+        raise ValueError(
+            f"carry.rows {rows.shape} and carry.slots {slots.shape} must have"
+            f" {b} rows"
+        )
+      base = np.where(rows >= 0, np.sum(slots >= 0, axis=1), 0)
+      base = base.astype(np.int32)
+      carried = (carry.cache, rows, np.where(rows[:, None] >= 0, slots, -1))
+      prefix, unique, inverse = None, None, None
+    else:
+      prefix, prompts, prompt_lengths = self._split_prefix(
+          prompts, prompt_lengths, shards
+      )
+      unique, inverse = self._unique_rows(prompts, prompt_lengths, shards)
+      if prefix is not None:
+        base[:] = prefix.shape[1]
     args = (
         params,
         prefix,
         unique,
         inverse,
+        carried,
         prompts,
         prompt_lengths,
+        base,
         limits,
         rng,
         jnp.float32(temperature if not greedy else 1.0),
@@ -346,6 +456,7 @@ class Sampler:
         greedy=bool(greedy),
         top_k=int(top_k) if not greedy else 0,
         use_top_p=bool(top_p < 1.0) and not greedy,
+        keep_cache=bool(keep_cache),
     )
     if self.mesh is None:
       out = self._compiled(*args, **static)
@@ -360,25 +471,75 @@ class Sampler:
         )
       # Every process holds the same global host arrays (multi-host SPMD);
       # each places only its addressable shards.
-      args = args[:4] + tuple(
+      args = args[:5] + tuple(
           jax.make_array_from_callback(a.shape, s, lambda i, a=a: a[i])
-          for a, s in zip(args[4:7], (grid, rows, rows))
-      ) + args[7:]  # fmt: skip
+          for a, s in zip(args[5:9], (grid, rows, rows, rows))
+      ) + args[9:]  # fmt: skip
       with sharding.use_rules(self.mesh, rules):
         out = self._compiled(*args, **static)
-    tokens, logprobs, lengths, finished = jax.device_get(out)
-    rows = b if unique is None else len(unique)
+    cache = None
+    if keep_cache:
+      *out, cache = out
+    tokens, logprobs, lengths, finished = jax.device_get(tuple(out))
+    n_rows = b if unique is None else len(unique)
+    slots = None
+    if keep_cache:
+      slots = self._row_slots(
+          prefix, carried, prompts.shape[1], prompt_lengths, lengths
+      )
     return SampleOutput(
         tokens=np.asarray(tokens),
         logprobs=np.asarray(logprobs),
         lengths=np.asarray(lengths),
         finished=np.asarray(finished),
         shared_prefix=0 if prefix is None else prefix.shape[1],
-        prefilled_rows=rows,
+        prefilled_rows=n_rows,
         prefill_length=prompts.shape[1],
-        prefill_tokens_saved=(b - rows) * prompts.shape[1]
+        prefill_tokens_saved=(b - n_rows) * prompts.shape[1]
         + (0 if prefix is None else (b - prefix.shape[0]) * prefix.shape[1]),
+        cache=cache,
+        slots=slots,
     )
+
+  @staticmethod
+  def _row_slots(prefix, carried, length, prompt_lengths, lengths):
+    """Per row, the cache slots of its tokens in order: the carried ones (or
+    the shared prefix), its prompt, and every sampled token but the last
+    (the decode loop has not necessarily fed that one)."""
+    head = 0
+    if prefix is not None:
+      head = prefix.shape[1]
+    elif carried is not None:
+      head = carried[2].shape[1]
+    out = []
+    for r, (n, g) in enumerate(zip(prompt_lengths, lengths)):
+      if carried is not None:
+        before = np.arange(int(np.sum(carried[2][r] >= 0)))
+      else:
+        before = np.arange(head)
+      start = head + length
+      out.append(
+          np.concatenate(
+              [
+                  before,
+                  np.arange(start - int(n), start),
+                  np.arange(start, start + max(int(g) - 1, 0)),
+              ]
+          ).astype(np.int32)
+      )
+    return tuple(out)
+
+  def prefill_columns(self, prompts: np.ndarray, lengths: np.ndarray) -> int:
+    """Prompt columns (rows x width, padding included) a call without a
+    `Carry` writes for these left-padded prompts, its sharing counted."""
+    shards = 1
+    if self.mesh is not None:
+      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    prefix, rest, rest_lengths = self._split_prefix(prompts, lengths, shards)
+    unique, _ = self._unique_rows(rest, rest_lengths, shards)
+    rows = rest.shape[0] if unique is None else len(unique)
+    head = 0 if prefix is None else prefix.size
+    return head + rows * rest.shape[1]
 
   def _split_prefix(self, prompts: np.ndarray, lengths: np.ndarray, shards):
     """(prefix[shards, P] or None, the suffixes left-padded, their lengths).
@@ -481,8 +642,10 @@ class Sampler:
       prefix,
       unique,
       inverse,
+      carried,
       prompts,
       prompt_lengths,
+      base,
       limits,
       rng,
       temperature,
@@ -492,6 +655,7 @@ class Sampler:
       greedy: bool,
       top_k: int,
       use_top_p: bool,
+      keep_cache: bool,
   ):
     b, length = prompts.shape
     stop_ids = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
@@ -506,18 +670,27 @@ class Sampler:
     if self.prepare_params is not None:
       params = self.prepare_params(params)
     shared = 0 if prefix is None else prefix.shape[1]
+    if carried is not None:
+      shared = carried[2].shape[1]  # the carried slots come first
     size = shared + length + max_new_tokens
     axes = _row_axes(self.init_cache, size)
     # The rows to prefill: every row, or the distinct ones (`_unique_rows`).
-    todo, todo_lengths = prompts, prompt_lengths
+    todo, todo_lengths, todo_base = prompts, prompt_lengths, base
     if unique is not None:
       todo, todo_lengths = prompts[unique], prompt_lengths[unique]
+      todo_base = base[unique]
     u = todo.shape[0]
     col = jnp.arange(length, dtype=jnp.int32)[None, :]
     pad = (length - todo_lengths)[:, None]
     input_mask = col >= pad
-    positions = shared + jnp.maximum(col - pad, 0)
-    if shared:
+    positions = todo_base[:, None] + jnp.maximum(col - pad, 0)
+    if carried is not None:
+      old, rows, slots = carried
+      cache = _carried(
+          old, self.init_cache(u, size), rows, slots,
+          _row_axes(self.init_cache, 8), _slot_axes(self.init_cache, _LONG),
+      )  # fmt: skip
+    elif shared:
       # The common prefix once (a row per batch shard); its cache copied to
       # every row that is prefilled.
       r = prefix.shape[0]
@@ -535,8 +708,9 @@ class Sampler:
       # Each row takes the logits and cache of its prompt's prefilled row.
       logits = logits[inverse]
       cache = _take_rows(cache, inverse, axes)
-    # From here on the rows' prompts are `shared` tokens longer.
-    prompt_lengths = prompt_lengths + shared
+    # From here on a row's prompt is its `base` tokens longer, and the
+    # cache's prompt columns start after the `shared` ones.
+    prompt_lengths = prompt_lengths + base
     length += shared
 
     def record(state, step, tok, logp):
@@ -580,7 +754,7 @@ class Sampler:
       return step + 1, tokens, logprobs, lengths, done, finished | hit, cache
 
     carry = (jnp.int32(1), *state, finished, cache)
-    _, tokens, logprobs, lengths, _, finished, _ = jax.lax.while_loop(
+    _, tokens, logprobs, lengths, _, finished, cache = jax.lax.while_loop(
         cond, body, carry
     )
     if self.mesh is not None:
@@ -588,7 +762,9 @@ class Sampler:
       everywhere = jax.sharding.NamedSharding(
           self.mesh, jax.sharding.PartitionSpec()
       )
-      return jax.lax.with_sharding_constraint(
+      out = jax.lax.with_sharding_constraint(
           (tokens, logprobs, lengths, finished), everywhere
       )
-    return tokens, logprobs, lengths, finished
+    else:
+      out = (tokens, logprobs, lengths, finished)
+    return (*out, cache) if keep_cache else out

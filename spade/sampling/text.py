@@ -71,6 +71,48 @@ class Completion:
 _SAMPLERS: dict[tuple, sampler_lib.Sampler] = {}
 
 
+@dataclasses.dataclass
+class _Kept:
+  """One call's final cache and, per key, what its row holds."""
+
+  cache: Any
+  rows: dict[Any, tuple[int, tuple[int, ...], np.ndarray]]
+
+
+class Session:
+  """KV caches kept between `TextGenerator.sample` calls (multi-turn play).
+
+  A call given `session` and `keys` (one hashable per prompt, e.g. an
+  episode id) keeps its final cache; a later call whose prompt for a key
+  starts with what that key's row holds (its prompt and every sampled token
+  but the last) prefills only the tokens after it, its keys and values
+  carried over (`sampler.Carry`). The caches of the last `max_calls` calls
+  are kept (two: the rollout's two alternating groups of episodes).
+  """
+
+  def __init__(self, max_calls: int = 2):
+    self.max_calls = max_calls
+    self._kept: list[_Kept] = []
+    # Prompt tokens that were carried over instead of prefilled again.
+    self.tokens_carried = 0
+
+  def take(self, keys) -> _Kept | None:
+    """The kept call holding most of `keys`, removed from the session."""
+    best = max(
+        self._kept,
+        key=lambda k: sum(key in k.rows for key in keys),
+        default=None,
+    )
+    if best is None or not any(key in best.rows for key in keys):
+      return None
+    self._kept.remove(best)
+    return best
+
+  def keep(self, kept: _Kept) -> None:
+    self._kept.append(kept)
+    del self._kept[: -self.max_calls]
+
+
 class TextGenerator:
   """Samples either role from one parameter tree (see the module docstring).
 
@@ -101,6 +143,8 @@ class TextGenerator:
     # prefix and identical-prompt sharing did not need to.
     self.prefill_tokens = 0
     self.prefill_tokens_saved = 0
+    # History tokens whose cache a call carried over (`Session`).
+    self.tokens_carried = 0
 
   @property
   def batch_shards(self) -> int:
@@ -138,6 +182,8 @@ class TextGenerator:
       top_p: float = 1.0,
       rows: int = 0,
       min_length: int = 8,
+      session: Session | None = None,
+      keys: Sequence[Any] | None = None,
   ) -> list[Completion]:
     """One completion per token prompt (see the module docstring).
 
@@ -153,6 +199,10 @@ class TextGenerator:
       rows: pad the batch to this many rows (>= len(prompts)); 0 pads to a
         power of two.
       min_length: the smallest prompt-length bucket.
+      session: keep this call's cache in it, and continue the rows of an
+        earlier call kept there (`Session`); models with sliding windows
+        prefill every prompt whole.
+      keys: with `session`, one hashable per prompt naming its row.
 
     Raises:
       ValueError: a prompt does not leave room for `max_new_tokens`.
@@ -179,8 +229,28 @@ class TextGenerator:
     # as a one-token row and keep a prefix the real rows share shareable.
     filler = [prompts[-1]] * (batch - n)
     length = shapes.bucket(longest, minimum=min_length, cap=room)
-    tokens, lengths = sampler_lib.left_pad(prompts + filler, length, pad)
-    out = self.sampler(role)(
+    sampler = self.sampler(role)
+    keep = session is not None and sampler.can_continue
+    if keep and (keys is None or len(keys) != n):
+      raise ValueError("pass one key per prompt with a session")
+    carry, todo = None, prompts + filler
+    tokens, lengths = sampler_lib.left_pad(todo, length, pad)
+    if keep:
+      carry, rest = self._carry(session, keys, todo)
+      if carry is not None:
+        width = max(len(p) for p in rest)
+        width = shapes.bucket(width, minimum=min_length, cap=room)
+        # Rows that cannot continue (a truncated history) are prefilled
+        # whole in a carrying call, without prefix or row sharing: carry
+        # only when that writes fewer columns than a call without it.
+        if batch * width < sampler.prefill_columns(tokens, lengths):
+          tokens, lengths = sampler_lib.left_pad(rest, width, pad)
+          carried = sum(len(p) - len(r) for p, r in zip(prompts, rest))
+          session.tokens_carried += carried
+          self.tokens_carried += carried
+        else:
+          carry = None
+    out = sampler(
         params,
         tokens,
         lengths,
@@ -189,9 +259,30 @@ class TextGenerator:
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
+        carry=carry,
+        keep_cache=keep,
     )
     self.prefill_tokens += batch * (out.shared_prefix + out.prefill_length)
     self.prefill_tokens_saved += out.prefill_tokens_saved
+    if carry is not None:
+      # A whole-history prefill would have written `length` columns a row.
+      self.prefill_tokens += batch * (length - out.prefill_length)
+      self.prefill_tokens_saved += batch * (length - out.prefill_length)
+    if keep:
+      session.keep(
+          _Kept(
+              out.cache,
+              {
+                  key: (
+                      i,
+                      tuple(prompts[i])
+                      + tuple(out.tokens[i, : max(int(out.lengths[i]) - 1, 0)]),
+                      out.slots[i],
+                  )
+                  for i, key in enumerate(keys)
+              },
+          )
+      )
     stops = set(int(i) for i in self.tokenizer.stop_ids)
     completions = []
     for i in range(n):
@@ -209,6 +300,38 @@ class TextGenerator:
           )
       )
     return completions
+
+  @staticmethod
+  def _carry(session: Session, keys, prompts):
+    """(the `Carry` of the rows that continue a kept call, or None; each
+    row's prompt after its carried tokens)."""
+    kept = session.take(keys)
+    if kept is None:
+      return None, prompts
+    rows, slots, todo = [], [], []
+    for i, prompt in enumerate(prompts):
+      key = keys[min(i, len(keys) - 1)]  # filler rows repeat the last row
+      row, held, where = kept.rows.get(key, (-1, (), None))
+      if (
+          row >= 0
+          and len(prompt) > len(held)
+          and tuple(prompt[: len(held)]) == held
+      ):
+        rows.append(row)
+        slots.append(where)
+        todo.append(prompt[len(held) :])
+      else:
+        rows.append(-1)
+        slots.append(np.zeros((0,), np.int32))
+        todo.append(prompt)
+    if all(r < 0 for r in rows):
+      return None, prompts
+    width = shapes.bucket(max(len(w) for w in slots))
+    table = np.full((len(rows), width), -1, np.int32)
+    for r, where in enumerate(slots):
+      table[r, : len(where)] = where
+    carry = sampler_lib.Carry(kept.cache, np.asarray(rows, np.int32), table)
+    return carry, todo
 
   def generate(
       self,

@@ -120,6 +120,8 @@ class Engine:
       max_new_tokens: int,
       temperature: float,
       seed: int,
+      session: text.Session | None = None,
+      keys: Sequence[Any] | None = None,
   ) -> list[tuple[list[int], list[float], str]]:
     """Samples a completion for every prompt (same result on every process).
 
@@ -139,13 +141,16 @@ class Engine:
         rng=jax.random.PRNGKey(seed),
         top_k=c.sampling.top_k,
         top_p=c.sampling.top_p,
+        session=session,
+        keys=keys,
     )
     return [(o.token_ids, o.logprobs, o.text) for o in out]
 
-  def prefill_counts(self) -> tuple[int, int]:
-    """Prompt tokens sampled so far: (a row-by-row prefill's, saved)."""
+  def prefill_counts(self) -> tuple[int, int, int]:
+    """Prompt tokens sampled so far: (a row-by-row prefill's, saved, carried
+    from an episode's last turn)."""
     g = self.generator
-    return g.prefill_tokens, g.prefill_tokens_saved
+    return g.prefill_tokens, g.prefill_tokens_saved, g.tokens_carried
 
   def prompt_budget(self, role: str) -> int:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""
@@ -163,15 +168,20 @@ class Engine:
     raise ValueError(f"unknown role {role!r}; 'agent' or 'designer'")
 
   def agent_sampler(self, *, max_new_tokens: int, temperature: float):
-    """The rollout engine's `TokenSampler` for the agent head."""
+    """The rollout engine's `TokenSampler` for the agent head: each turn of
+    an episode (its key) continues the cache of its last turn
+    (`config.agent.carry_cache`)."""
+    session = text.Session() if self.config.agent.carry_cache else None
 
-    def sample(prompts, seed):
+    def sample(prompts, seed, keys=None):
       return self.sample(
           prompts,
           role="agent",
           max_new_tokens=max_new_tokens,
           temperature=temperature,
           seed=seed,
+          session=session if keys is not None else None,
+          keys=keys,
       )
 
     return sample

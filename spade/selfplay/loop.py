@@ -714,12 +714,14 @@ class Trainer:
         "tokens/sampled": float(
             stats.tokens_sampled + sum(len(d.completion_ids) for d in designs)
         ),
-        # Prompt tokens the sampler would prefill row by row, and the share
-        # its prefix and identical-prompt sharing saved.
+        # Prompt tokens the sampler would prefill row by row, the share its
+        # prefix and identical-prompt sharing and carried caches saved, and
+        # the history tokens carried from an episode's last turn.
         "tokens/prefill": float(self.engine.prefill_counts()[0] - prefill[0]),
         "tokens/prefill_saved": float(
             self.engine.prefill_counts()[1] - prefill[1]
         ),
+        "tokens/carried": float(self.engine.prefill_counts()[2] - prefill[2]),
         "time/sampling_s": timer["sampling"],
         "time/sandbox_s": timer["sandbox"],
         "time/rollout_sandbox_s": stats.sandbox_s,

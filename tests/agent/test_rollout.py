@@ -73,9 +73,9 @@ def render(messages):
   return [ord(ch) % 256 for ch in text]
 
 
-def hinted_sampler(prompts_ids, seed):
+def hinted_sampler(prompts_ids, seed, keys=None):
   """Plays +1 only when the prompt carries the hint (so hints matter)."""
-  del seed
+  del seed, keys
   outs = []
   for ids in prompts_ids:
     text = "".join(chr(i) for i in ids)
@@ -111,9 +111,34 @@ def test_hint_makes_the_difference():
   assert sorted(executor.closed) == [0, 1, 2, 3]
 
 
+def test_each_prompt_is_keyed_by_its_episode():
+  """The sampler learns which episode each prompt is (so it can keep an
+  episode's cache between turns): the live episodes of each half."""
+  specs = []
+  for s in range(2):
+    specs.append(rollout.EpisodeSpec(0, "src", s, None, s))
+    specs.append(rollout.EpisodeSpec(0, "src", s, rollout.ENV_HINT, s))
+  calls = []
+
+  def sampler(prompts_ids, seed, keys=None):
+    calls.append(list(keys))
+    return hinted_sampler(prompts_ids, seed, keys)
+
+  episodes, _ = rollout.run_episodes(
+      specs, sampler, FakeExecutor(), render, max_turns=6,
+      max_context=10_000, seed=0,
+  )  # fmt: skip
+  assert calls[:2] == [[0, 2], [1, 3]]  # turn 1, one call per half
+  for keys in calls:
+    assert keys in ([0, 2], [1, 3], [0], [2], [1], [3])
+  # An episode is sampled once per turn it played, under its own key.
+  for i, ep in enumerate(episodes):
+    assert sum(keys.count(i) for keys in calls) == len(ep.turns)
+
+
 def test_broken_env_and_crash_are_recorded():
-  def crasher(prompts_ids, seed):
-    del seed
+  def crasher(prompts_ids, seed, keys=None):
+    del seed, keys
     return [([1], [-1.0], "boom")] * len(prompts_ids)
 
   specs = [
@@ -137,9 +162,9 @@ def test_broken_env_and_crash_are_recorded():
 
 
 def test_sandbox_time_hides_behind_sampling():
-  def slow_sampler(prompts_ids, seed):
+  def slow_sampler(prompts_ids, seed, keys=None):
     time.sleep(0.05)
-    return hinted_sampler(prompts_ids, seed)
+    return hinted_sampler(prompts_ids, seed, keys)
 
   specs = [rollout.EpisodeSpec(0, "src", s, None, s) for s in range(8)]
   _, stats = rollout.run_episodes(
@@ -226,8 +251,8 @@ def _scripted(replies):
   """A sampler that plays `replies` in order, one per turn."""
   turn = iter(replies)
 
-  def sample(prompts_ids, seed):
-    del seed
+  def sample(prompts_ids, seed, keys=None):
+    del seed, keys
     text = next(turn)
     return [([7] * len(text), [-0.1] * len(text), text)] * len(prompts_ids)
 

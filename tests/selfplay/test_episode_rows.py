@@ -58,8 +58,8 @@ def _episode():
   render = lambda m: tok.encode(tok.chat_prompt(m), add_bos=True)
   replies = iter(["\\boxed{+1}", "\\boxed{wait}", "\\boxed{+1}", "\\boxed{+1}"])
 
-  def sampler(prompts, seed):
-    del seed
+  def sampler(prompts, seed, keys=None):
+    del seed, keys
     text = next(replies)
     ids = tok.encode(text) + [tok.eos_id]
     return [(ids, [-0.5] * len(ids), text) for _ in prompts]
