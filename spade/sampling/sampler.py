@@ -35,11 +35,18 @@ and identical prompts are prefilled once each (`share_rows`); the copies
 take the cache of the row that was prefilled, so the samples are those of a
 row-by-row prefill.
 
+Continuing: `keep_cache=True` returns the final cache and the slots of each
+row's tokens; a later call given a `Carry` of it gathers each row's slots
+into the front of its new cache and prefills only the tokens after them,
+at positions that continue them (the next turn of an episode: the reply's
+last token and the environment's answer). Models with ring buffers cannot.
+
 Compilation: one jit per Sampler; it specialises on (batch, prompt length,
-max_new_tokens, greedy, top_k, whether top_p < 1, the shared prefix's length
-and the distinct rows' power-of-two bucket); temperature and top_p are
-traced, so changing them does not recompile. The KV cache is created inside
-the compiled function and carried by the loop, so it is updated in place.
+max_new_tokens, greedy, top_k, whether top_p < 1, the shared prefix's length,
+the distinct rows' power-of-two bucket, the carried slots' width and
+`keep_cache`); temperature and top_p are traced, so changing them does not
+recompile. The KV cache is created inside the compiled function and carried
+by the loop, so it is updated in place.
 """
 
 from __future__ import annotations
@@ -419,16 +426,16 @@ class Sampler:
             "this model's cache keeps ring buffers (sliding windows), so a"
             " call cannot continue an earlier one: sample without `carry`"
         )
-      rows = np.asarray(carry.rows, np.int32)
-      slots = np.asarray(carry.slots, np.int32)
-      if rows.shape != (b,) or slots.ndim != 2 or slots.shape[0] != b:
+      from_rows = np.asarray(carry.rows, np.int32)
+      from_slots = np.asarray(carry.slots, np.int32)
+      if from_rows.shape != (b,) or from_slots.shape[:1] != (b,):
         raise ValueError(
-            f"carry.rows {rows.shape} and carry.slots {slots.shape} must have"
-            f" {b} rows"
+            f"carry.rows {from_rows.shape} and carry.slots"
+            f" {from_slots.shape} must have {b} rows"
         )
-      base = np.where(rows >= 0, np.sum(slots >= 0, axis=1), 0)
-      base = base.astype(np.int32)
-      carried = (carry.cache, rows, np.where(rows[:, None] >= 0, slots, -1))
+      from_slots = np.where(from_rows[:, None] >= 0, from_slots, -1)
+      base = np.sum(from_slots >= 0, axis=1).astype(np.int32)
+      carried = (carry.cache, from_rows, from_slots)
       prefix, unique, inverse = None, None, None
     else:
       prefix, prompts, prompt_lengths = self._split_prefix(

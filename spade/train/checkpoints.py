@@ -37,8 +37,15 @@ def make_manager(workdir: str, keep: int = 3) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, create=True, enable_async_checkpointing=False
   )
+  # Handlers named up front, so a fresh manager can read a step's metadata
+  # before restoring it (`_differs`).
   return ocp.CheckpointManager(
-      directory, options=options, item_names=("state", "curriculum")
+      directory,
+      options=options,
+      item_handlers={
+          "state": ocp.StandardCheckpointHandler(),
+          "curriculum": ocp.JsonCheckpointHandler(),
+      },
   )
 
 
@@ -74,7 +81,14 @@ def restore_latest(
     (step, state, curriculum) or None.
   """
   steps = sorted(manager.all_steps(), reverse=True)
+  mismatch = None
   for step in steps:
+    differs = _differs(manager, step, abstract_state)
+    if differs is not None:
+      # Readable, but written for another state (a config change such as
+      # optim.lora_rank or the model's shapes): no older step would fit.
+      mismatch = mismatch or (step, differs)
+      continue
     try:
       restored = manager.restore(
           step,
@@ -96,12 +110,69 @@ def restore_latest(
       )
       continue
     return step, restored.state, dict(restored.curriculum)
+  if mismatch is not None:
+    step, differs = mismatch
+    raise CheckpointError(
+        f"checkpoint step {step} in {manager.directory} holds a different"
+        f" state than this run builds: {differs}. Resume with the config it"
+        " was written with (config.json in the workdir), or give a new"
+        " --workdir; nothing was changed"
+    )
   if steps:
     raise CheckpointError(
         f"none of the checkpoints {steps} in {manager.directory} could be"
         " restored; move the directory away to start afresh"
     )
   return None
+
+
+def _layout(tree: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
+  """path -> shape of every array leaf (orbax metadata or a state)."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    key = tuple(
+        str(getattr(p, "key", getattr(p, "name", getattr(p, "idx", p))))
+        for p in path
+    )
+    out[key] = tuple(getattr(leaf, "shape", ()))
+  return out
+
+
+def _differs(manager, step: int, abstract_state: Any) -> str | None:
+  """How step's saved state differs from `abstract_state`, or None when it
+  matches or its metadata cannot be read (then restoring says more)."""
+  try:
+    saved = _layout(manager.item_metadata(step)["state"])
+  except Exception:  # pylint: disable=broad-except
+    return None
+  wanted = _layout(abstract_state)
+  if not saved or saved == wanted:
+    return None
+  name = "/".join
+  only_saved = sorted(set(saved) - set(wanted))
+  only_run = sorted(set(wanted) - set(saved))
+  shapes = [
+      k for k in sorted(set(saved) & set(wanted)) if saved[k] != wanted[k]
+  ]
+  parts = []
+  if only_saved:
+    parts.append(
+        f"{len(only_saved)} arrays only in the checkpoint (first:"
+        f" {name(only_saved[0])})"
+    )
+  if only_run:
+    parts.append(
+        f"{len(only_run)} arrays only in this run (first: {name(only_run[0])})"
+    )
+  if shapes:
+    k = shapes[0]
+    parts.append(
+        f"{len(shapes)} arrays of other shapes (first: {name(k)},"
+        f" {saved[k]} saved, {wanted[k]} here)"
+    )
+  if any(k[0] == "adapters" for k in only_saved + only_run + shapes):
+    parts.append("the LoRA adapters differ: check optim.lora_rank")
+  return "; ".join(parts)
 
 
 def abstract_like(state: Any) -> Any:

@@ -66,3 +66,28 @@ def test_latest_params_reads_newest(tmp_path):
     checkpoints.save(manager, step, _state(step), {})
   params = checkpoints.latest_params(config_lib.base_config(), str(tmp_path))
   np.testing.assert_array_equal(np.asarray(params["w"]), np.full((4, 3), 2.0))
+
+
+def test_a_checkpoint_of_another_config_is_named_not_called_corrupt(tmp_path):
+  """A state with LoRA adapters resumed by a run without them (or with other
+  shapes): a CheckpointError that names the difference; the files stay."""
+  import pytest  # pylint: disable=g-import-not-at-top
+
+  manager = checkpoints.make_manager(str(tmp_path), keep=3)
+  saved = dict(_state(1), adapters={"w": {"a": jnp.zeros((4, 2))}})
+  checkpoints.save(manager, 1, saved, {"cursor": 1})
+  manager = checkpoints.make_manager(str(tmp_path), keep=3)
+  with pytest.raises(checkpoints.CheckpointError, match="lora_rank") as e:
+    checkpoints.restore_latest(manager, checkpoints.abstract_like(_state(0)))
+  assert "only in the checkpoint (first: adapters/w/a)" in str(e.value)
+  other = dict(_state(0), params={"w": jnp.zeros((5, 3))})
+  with pytest.raises(checkpoints.CheckpointError, match=r"\(4, 3\) saved"):
+    checkpoints.restore_latest(
+        manager,
+        checkpoints.abstract_like(dict(other, adapters=saved["adapters"])),
+    )
+  # Nothing was deleted: the run it was written by still resumes.
+  step, state, _ = checkpoints.restore_latest(
+      manager, checkpoints.abstract_like(saved)
+  )
+  assert step == 1 and state["adapters"]["w"]["a"].shape == (4, 2)
