@@ -63,9 +63,11 @@ def play(gen, params, args, session) -> tuple[float, list[list[int]], int]:
     )  # fmt: skip
     for k, c in zip(keys, out):
       sampled.append(c.token_ids)
-      prompts[k] = prompts[k] + c.token_ids + rng.integers(
-          1, 1000, args.observation
-      ).tolist()
+      prompts[k] = (
+          prompts[k]
+          + c.token_ids
+          + rng.integers(1, 1000, args.observation).tolist()
+      )
     print(f"turn {turn + 1}/{args.turns}: {time.perf_counter() - start:.1f}s",
           file=sys.stderr, flush=True)  # fmt: skip
   cols = gen.prefill_tokens - gen.prefill_tokens_saved - cols
