@@ -53,7 +53,7 @@ class FakeEngine:
     return 10_000
 
   def prefill_counts(self):
-    return 0, 0
+    return 0, 0, 0
 
   def sample(self, prompts, *, role, max_new_tokens, temperature, seed):
     del max_new_tokens, temperature
