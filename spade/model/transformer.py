@@ -1072,12 +1072,15 @@ def chunked_logprobs(
     picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
+  def skip(xc, tc):
+    del xc
+    return jnp.zeros(tc.shape, jnp.float32)
+
   @jax.checkpoint
   def one(args):
     xc, tc, need = args
     if score_mask is None:
       return score(xc, tc)
-    skip = lambda xc, tc: jnp.zeros(tc.shape, jnp.float32)  # pylint: disable=unnecessary-lambda-assignment
     return jax.lax.cond(need, score, skip, xc, tc)
 
   out = jax.lax.map(
