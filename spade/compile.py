@@ -402,13 +402,16 @@ def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
   grid = sharding.batch_sharding(mesh, rules, 2)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
+  # The sampler's own prefill: `prefill_chunk` prompt columns at a time.
+  sampler = sampler_lib.Sampler(*fns, pad_id=0)
+
   def prefill(params, prompts, positions, input_mask):
     # As in the sampler: the decoding layout is made once per call, so the
     # prefill's peak holds both the given and the prepared parameters.
     params = fns.prepare_params(params)
     cache = fns.init_cache(rows, prompt + new)
-    logits, cache = fns.tokens_to_logits(
-        params, prompts, positions, input_mask, cache, jnp.int32(0)
+    logits, cache = sampler.prefill(
+        params, prompts, positions, input_mask, cache
     )
     return logits, cache, params
 

@@ -601,7 +601,7 @@ class Sampler:
     unique = np.concatenate([unique, np.repeat(unique[-1:], u - len(unique))])
     return unique.astype(np.int32), inverse.astype(np.int32)
 
-  def _prefill(self, params, prompts, positions, input_mask, cache, offset=0):
+  def prefill(self, params, prompts, positions, input_mask, cache, offset=0):
     """Writes the prompts into the cache, `prefill_chunk` columns at a time.
 
     The columns before the last whole chunks (mostly left padding) go first,
@@ -701,14 +701,14 @@ class Sampler:
       # The common prefix once (a row per batch shard); its cache copied to
       # every row that is prefilled.
       r = prefix.shape[0]
-      _, head = self._prefill(
+      _, head = self.prefill(
           params, prefix, jnp.broadcast_to(jnp.arange(shared), (r, shared)),
           jnp.ones((r, shared), bool), self.init_cache(r, size),
       )  # fmt: skip
       cache = _take_rows(head, jnp.zeros((u,), jnp.int32), axes)
     else:
       cache = self.init_cache(u, size)
-    logits, cache = self._prefill(
+    logits, cache = self.prefill(
         params, todo, positions, input_mask, cache, shared
     )
     if unique is not None:
