@@ -151,10 +151,16 @@ def _row_axes(init_cache, length: int):
   two = jax.eval_shape(lambda: init_cache(2, length))
 
   def axis(a, b):
-    grew = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
-    return (grew[0], a.shape[grew[0]]) if grew else None
+    grew = _grown_axis(a, b)
+    return None if grew is None else (grew, a.shape[grew])
 
   return jax.tree.map(axis, one, two)
+
+
+def _grown_axis(a, b) -> int | None:
+  """The first axis where shapes a and b differ, or None."""
+  grew = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
+  return grew[0] if grew else None
 
 
 def _take_rows(cache, rows: Array, axes):
@@ -179,12 +185,7 @@ def _slot_axes(init_cache, length: int):
   whose size does not follow the length, e.g. a sliding window's ring)."""
   one = jax.eval_shape(lambda: init_cache(1, length))
   two = jax.eval_shape(lambda: init_cache(1, length + 1))
-
-  def axis(a, b):
-    grew = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
-    return grew[0] if grew else None
-
-  return jax.tree.map(axis, one, two)
+  return jax.tree.map(_grown_axis, one, two)
 
 
 def _carried(old, new, rows: Array, slots: Array, row_axes, slot_axes):
@@ -341,6 +342,13 @@ class Sampler:
         ),
     )  # fmt: skip
 
+  @property
+  def _batch_shards(self) -> int:
+    """Rows come in multiples of this (the mesh's data x fsdp)."""
+    if self.mesh is None:
+      return 1
+    return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+
   @functools.cached_property
   def can_continue(self) -> bool:
     """Whether a call can start from a `Carry`: every cache leaf has a slot
@@ -415,9 +423,7 @@ class Sampler:
       if limits.shape != (b,):
         raise ValueError(f"row_max_new_tokens must have shape ({b},)")
     greedy = temperature == 0
-    shards = 1
-    if self.mesh is not None:
-      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    shards = self._batch_shards
     base = np.zeros((b,), np.int32)  # tokens before each row's prompt
     carried = None
     if carry is not None:
@@ -491,8 +497,12 @@ class Sampler:
     n_rows = b if unique is None else len(unique)
     slots = None
     if keep_cache:
+      # The columns before the prompts: the shared prefix or carried slots.
+      head = 0 if prefix is None else prefix.shape[1]
+      if carried is not None:
+        head = carried[2].shape[1]
       slots = self._row_slots(
-          prefix, carried, prompts.shape[1], prompt_lengths, lengths
+          head, prompts.shape[1], base, prompt_lengths, lengths
       )
     return SampleOutput(
         tokens=np.asarray(tokens),
@@ -509,39 +519,28 @@ class Sampler:
     )
 
   @staticmethod
-  def _row_slots(prefix, carried, length, prompt_lengths, lengths):
-    """Per row, the cache slots of its tokens in order: the carried ones (or
-    the shared prefix), its prompt, and every sampled token but the last
-    (the decode loop has not necessarily fed that one)."""
-    head = 0
-    if prefix is not None:
-      head = prefix.shape[1]
-    elif carried is not None:
-      head = carried[2].shape[1]
-    out = []
-    for r, (n, g) in enumerate(zip(prompt_lengths, lengths)):
-      if carried is not None:
-        before = np.arange(int(np.sum(carried[2][r] >= 0)))
-      else:
-        before = np.arange(head)
-      start = head + length
-      out.append(
-          np.concatenate(
-              [
-                  before,
-                  np.arange(start - int(n), start),
-                  np.arange(start, start + max(int(g) - 1, 0)),
-              ]
-          ).astype(np.int32)
-      )
-    return tuple(out)
+  def _row_slots(head, length, base, prompt_lengths, lengths):
+    """Per row, the cache slots of its tokens in order: its `base` tokens
+    (the shared prefix, or the carried ones, gathered to the front), its
+    prompt (left-padded in the `length` columns after `head`), and every
+    sampled token but the last (the decode loop has not necessarily fed
+    that one)."""
+    start = head + length
+    return tuple(
+        np.concatenate(
+            [
+                np.arange(int(k)),
+                np.arange(start - int(n), start),
+                np.arange(start, start + max(int(g) - 1, 0)),
+            ]
+        ).astype(np.int32)
+        for k, n, g in zip(base, prompt_lengths, lengths)
+    )
 
   def prefill_columns(self, prompts: np.ndarray, lengths: np.ndarray) -> int:
     """Prompt columns (rows x width, padding included) a call without a
     `Carry` writes for these left-padded prompts, its sharing counted."""
-    shards = 1
-    if self.mesh is not None:
-      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    shards = self._batch_shards
     prefix, rest, rest_lengths = self._split_prefix(prompts, lengths, shards)
     unique, _ = self._unique_rows(rest, rest_lengths, shards)
     rows = rest.shape[0] if unique is None else len(unique)
