@@ -12,12 +12,18 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
 
   update            the shared update step (`spade.train.update`) on the
                     worst-case agent and designer batches;
-  {role} prefill    the sampler's prompt pass, which creates the KV cache
-                    the rollout needs (prompt + new tokens);
+  {role} prefill    the sampler's prompt pass, `sampling.prefill_chunk`
+                    columns at a time, which creates the KV cache one call
+                    needs (prompt + new tokens);
   {role} decode     one decode step on that cache (donated, as in the loop).
 
 Per program it prints the per-device argument / output / temporary / peak
-memory (`memory_analysis()`) against the chip's HBM, the model FLOPs of one
+memory (`memory_analysis()`) against the chip's HBM, and for the samplers
+what stays in HBM beside them while they run (counted from the shapes, not
+compiled): the optimizer state, and with `agent.carry_cache` the caches the
+rollout keeps between turns, one per group of episodes (the other groups'
+and the one this call continues). A program fits when its peak plus that is
+within HBM. Then the model FLOPs of one
 call counted from the shapes (matmuls and attention; XLA's own
 `cost_analysis()` figure is printed beside it, but it counts a loop body
 once, so scanned layers and micro-batches make it a fraction of the real
@@ -29,10 +35,11 @@ RESOURCE_EXHAUSTED, or a peak above HBM).
 
 Shapes default to the config's worst case, rounded as
 `spade.selfplay.batching.make_batch` and the engine's sampler round them:
-agent rows = every episode's every turn, `model.max_len` tokens; designer
-rows = `designer.num_envs`, prompt + program tokens. `config.compile.*`
-overrides the update's batch (the TPU configs set the reference's rollout
-size there).
+update agent rows = every episode's every turn, `model.max_len` tokens;
+designer rows = `designer.num_envs`, prompt + program tokens; an agent
+sampler call holds one group of episodes (`spade.agent.rollout.group_rows`,
+capped by `agent.rows_per_call`). `config.compile.*` overrides the update's
+batch (the TPU configs set the reference's rollout size there).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from spade import config as config_lib
+from spade.agent import rollout
 from spade.model import sharding
 from spade.model import topology as topology_lib
 from spade.model import transformer
@@ -91,6 +99,9 @@ class Program:
     temp_bytes: scratch per device.
     peak_bytes: peak per device (the compiler's figure, else args + outputs
       - aliased + temporaries).
+    held_bytes: what else stays in HBM per device while it runs (samplers:
+      the optimizer state and the rollout's kept caches), from the shapes.
+    held: what `held_bytes` is, in words.
     model_flops: FLOPs of one call, all devices, counted from the shapes.
     xla_flops: `cost_analysis()` FLOPs per device (loop bodies once).
     compile_s: seconds to lower and compile.
@@ -105,6 +116,8 @@ class Program:
   alias_bytes: int = 0
   temp_bytes: int = 0
   peak_bytes: int = 0
+  held_bytes: int = 0
+  held: str = ""
   model_flops: float = 0.0
   xla_flops: float = 0.0
   compile_s: float = 0.0
@@ -126,8 +139,9 @@ class Report:
 
   @property
   def peak_bytes(self) -> int:
-    """The largest per-device peak over the programs."""
-    return max((p.peak_bytes for p in self.programs), default=0)
+    """The largest per-device peak over the programs (with what each holds
+    beside it)."""
+    return max((p.peak_bytes + p.held_bytes for p in self.programs), default=0)
 
   def summary(self) -> str:
     """The last line: space-separated key=value pairs."""
@@ -196,19 +210,28 @@ def update_shapes(config, shards: int) -> dict[str, tuple[int, int]]:
   }
 
 
+def agent_episodes(config) -> int:
+  """Episodes one iteration plays: every environment's two arms."""
+  c = config.agent
+  hinted = c.hint_episodes_per_env or c.episodes_per_env
+  return config.designer.num_envs * (c.episodes_per_env + hinted)
+
+
 def sampler_shapes(config, shards: int) -> dict[str, tuple[int, int, int]]:
   """(rows, prompt length, new tokens) of each role's sampling call.
 
   As `Engine.sample` pads them: rows to a power of two and a multiple of the
   batch shards, prompts to a power-of-two bucket of at most `max_len - new`
-  tokens. Agent: one turn of every episode at once; designer: every design.
+  tokens. Agent: one turn of one group of episodes (the loop's rollout
+  overlaps at least two; `agent.rows_per_call` caps them); designer: every
+  design.
   """
   c = config
   out = {}
   for role, rows, prompt, new in (
       (
           "agent",
-          c.designer.num_envs * c.agent.episodes_per_env * 2,
+          rollout.group_rows(agent_episodes(c), c.agent.rows_per_call, True),
           c.agent.max_context,
           c.agent.max_new_tokens,
       ),
@@ -326,7 +349,7 @@ def _memory(program: Program, compiled, hbm_bytes: float) -> None:
         + program.temp_bytes
     )
   program.peak_bytes = peak
-  program.fits = peak <= hbm_bytes
+  program.fits = peak + program.held_bytes <= hbm_bytes
   cost = compiled.cost_analysis()
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else {}
@@ -337,7 +360,8 @@ def _compile(program: Program, lower, hbm_bytes: float):
   """Lowers and compiles; an out-of-memory compile is a result, not a crash.
 
   Returns:
-    (program with its figures filled in, the `Lowered` object).
+    (program with its figures filled in, the `Lowered` object, the
+    `Compiled` one or None when it did not compile).
   """
   start = time.perf_counter()
   lowered = lower()
@@ -348,10 +372,11 @@ def _compile(program: Program, lower, hbm_bytes: float):
       raise
     program.error = str(e).strip().splitlines()[0][:500]
     program.fits = False
+    compiled = None
   else:
     _memory(program, compiled, hbm_bytes)
   program.compile_s = time.perf_counter() - start
-  return program, lowered
+  return program, lowered, compiled
 
 
 def _batch(rows: int, length: int, sh) -> dict[str, jax.ShapeDtypeStruct]:
@@ -394,16 +419,38 @@ def compile_update(config, mesh, rules, state, optimizer, hbm_bytes):
   return _compile(program, lower, hbm_bytes)[0]
 
 
-def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
-  """The role's prefill and one decode step, with the rollout's KV cache."""
+def device_bytes(tree) -> int:
+  """Bytes one device holds of a tree of sharded abstract arrays."""
+  return sum(
+      math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
+      for x in jax.tree.leaves(tree)
+  )
+
+
+def compile_sampler(config, mesh, rules, state, role, hbm_bytes):
+  """The role's prefill and one decode step, with the rollout's KV cache.
+
+  `state` is the abstract train state: the sampler runs on its params while
+  the rest of it (optimizer state, ...) stays in HBM.
+  """
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
   rows, prompt, new = sampler_shapes(config, shards)[role]
   fns = transformer.sampling_fns(config.model, _ROLES[role])
   grid = sharding.batch_sharding(mesh, rules, 2)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  params = state.params
 
   # The sampler's own prefill: `prefill_chunk` prompt columns at a time.
-  sampler = sampler_lib.Sampler(*fns, pad_id=0)
+  sampler = sampler_lib.Sampler(
+      *fns,
+      pad_id=0,
+      mesh=mesh,
+      rules=rules,
+      prefill_chunk=config.sampling.prefill_chunk,
+  )
+  state_bytes = device_bytes(
+      (state.opt_state, state.ref_params, state.adapters)
+  )
 
   def prefill(params, prompts, positions, input_mask):
     # As in the sampler: the decoding layout is made once per call, so the
@@ -433,22 +480,62 @@ def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
     with sharding.use_rules(mesh, rules):
       return jax.jit(prefill).lower(*prefill_args)
 
-  first, lowered = _compile(
+  # What stays in HBM beside the sampler: the optimizer state, and with
+  # carry_cache the agent's kept caches, one per group of episodes, each the
+  # shape of this call's, its rows split over the batch shards.
+  held_bytes = state_bytes
+  held = f"optimizer state {state_bytes / GIB:.2f}"
+  if role == "agent" and config.agent.carry_cache and sampler.can_continue:
+    groups = rollout.num_groups(
+        agent_episodes(config), config.agent.rows_per_call, True
+    )
+    cache = jax.eval_shape(lambda: fns.init_cache(rows, prompt + new))
+    kept = (
+        groups
+        * sum(
+            math.prod(x.shape) * x.dtype.itemsize
+            for x in jax.tree.leaves(cache)
+        )
+        // shards
+    )
+    held_bytes += kept
+    held += f", {groups} kept caches {kept / GIB:.2f}"
+
+  first, lowered, compiled = _compile(
       Program(
           f"{role} prefill",
           f"{rows}x{prompt} prompt, cache {prompt + new}",
+          held_bytes=held_bytes,
+          held=held,
           model_flops=forward_flops(config.model, rows, prompt, "last"),
       ),
       lower_prefill,
       hbm_bytes,
   )
   programs = [first]
-  # The decode step takes the cache as the prefill leaves it (its layout and
-  # shardings), and donates it, as the sampler's loop updates it in place.
-  cache, prepared = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-      lowered.out_info[1:],
-  )
+
+  # The decode step takes the cache and parameters as the compiled prefill
+  # leaves them (layout and shardings; the lowered program does not know
+  # them yet), and donates the cache, as the sampler's loop updates it in
+  # place. A prefill that did not compile leaves the parameters in their
+  # shards and the cache's to the compiler.
+  def like(info, shardings):
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        info,
+        shardings,
+    )
+
+  _, cache_info, params_info = lowered.out_info
+  if compiled is not None:
+    _, cache_at, params_at = compiled.output_shardings
+    cache = like(cache_info, cache_at)
+  else:
+    cache = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), cache_info
+    )
+    params_at = sharding.fitted_param_shardings(params_info, mesh, rules)
+  prepared = like(params_info, params_at)
 
   def lower_decode():
     with sharding.use_rules(mesh, rules):
@@ -465,6 +552,8 @@ def compile_sampler(config, mesh, rules, params, role, hbm_bytes):
           Program(
               f"{role} decode",
               f"{rows} rows, cache {prompt + new}, x{new} steps",
+              held_bytes=held_bytes,
+              held=held,
               model_flops=decode_flops(config.model, rows, prompt + new),
           ),
           lower_decode,
@@ -479,6 +568,7 @@ def run(
     topology: str,
     *,
     config_name: str = "",
+    update: bool = True,
     samplers: bool = True,
     log=print,
 ) -> Report:
@@ -488,6 +578,7 @@ def run(
     config: a validated config.
     topology: a slice name of `spade.model.topology` (e.g. "v5p-32").
     config_name: shown in the report.
+    update: compile the update step.
     samplers: also compile each role's prefill and decode step.
     log: called with each program's line as it finishes.
   """
@@ -507,12 +598,11 @@ def run(
     report.programs.append(program)
     log(describe(program, tpu))
 
-  add(compile_update(config, mesh, rules, state, optimizer, hbm))
+  if update:
+    add(compile_update(config, mesh, rules, state, optimizer, hbm))
   if samplers:
     for role in _ROLES:
-      for program in compile_sampler(
-          config, mesh, rules, state.params, role, hbm
-      ):
+      for program in compile_sampler(config, mesh, rules, state, role, hbm):
         add(program)
   return report
 
@@ -523,12 +613,16 @@ def describe(program: Program, tpu: topology_lib.Slice) -> str:
   if program.error:
     return f"{head}: DOES NOT FIT ({program.compile_s:.1f} s): {program.error}"
   at_peak = program.model_flops / (tpu.chips * tpu.peak_bf16_flops)
+  held = ""
+  if program.held_bytes:
+    held = f" + held {program.held_bytes / GIB:.2f} ({program.held})"
   return (
       f"{head}: per device args {program.argument_bytes / GIB:.2f} GiB, out"
       f" {program.output_bytes / GIB:.2f} (aliased"
       f" {program.alias_bytes / GIB:.2f}), temp"
       f" {program.temp_bytes / GIB:.2f}, peak {program.peak_bytes / GIB:.2f}"
-      f" GiB of {tpu.hbm_gib:g} GiB HBM{'' if program.fits else ' (OVER)'};"
+      f"{held} GiB of {tpu.hbm_gib:g} GiB HBM"
+      f"{'' if program.fits else ' (OVER)'};"
       f" model {program.model_flops:.3g} FLOP/call, >= {at_peak:.4g} s at"
       f" {tpu.chips} x {tpu.peak_bf16_flops / 1e12:g} TFLOP/s (MFU = this /"
       f" measured); XLA {program.xla_flops:.3g} FLOP/device (loop bodies"
@@ -546,6 +640,7 @@ def _define_flags() -> None:
   flags.DEFINE_string(
       "topology", None, "TPU slice name, e.g. v5p-8, v5p-32, v5e-16, v6e-8."
   )
+  flags.DEFINE_bool("update", True, "Compile the update step.")
   flags.DEFINE_bool(
       "samplers", True, "Also compile each role's prefill and decode step."
   )
@@ -557,6 +652,10 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   if f.config is None or not f.topology:
     sys.exit("spade.compile: --config and --topology are required")
+  if not (f.update or f.samplers):
+    sys.exit(
+        "spade.compile: --noupdate and --nosamplers leave nothing to compile"
+    )
   config = f.config
   try:
     config_lib.validate(config)
@@ -567,6 +666,7 @@ def main(argv: list[str]) -> None:
       config,
       f.topology,
       config_name=f["config"].config_filename,
+      update=f.update,
       samplers=f.samplers,
       log=lambda line: print(line, flush=True),
   )

@@ -113,6 +113,9 @@ def base_config() -> ConfigDict:
   c.sampling.temperature = 1.0
   c.sampling.top_k = 0
   c.sampling.top_p = 1.0
+  # Prompt columns the sampler writes into the KV cache per prefill step:
+  # the step's attention scores are rows x heads x this x cache length.
+  c.sampling.prefill_chunk = 512
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -216,6 +219,12 @@ def base_config() -> ConfigDict:
   # prefills every turn's prompt whole. Models with sliding windows (Gemma 3)
   # always do.
   c.agent.carry_cache = True
+  # The most episodes one agent sampler call holds (0: no limit). The rollout
+  # plays the episodes in two groups (one samples while the other's sandbox
+  # calls run); more episodes than 2 x this make more groups, so one call's
+  # KV cache (rows x (prompt + new tokens)) fits the accelerator. With
+  # carry_cache every group's last cache is kept between turns.
+  c.agent.rows_per_call = 0
   # An episode's return. "final_if_terminated" (the reference's
   # `episode_reward`): the last reward, clipped to [-1, 1], if the
   # environment terminated the episode, else 0. "clipped_total" (ours
@@ -486,6 +495,16 @@ def tpu_pod_config(
   c.agent.max_turns = 25
   c.agent.max_new_tokens = 512
   c.agent.max_context = 8192
+  # The 768 episodes of an iteration in three sampler calls of 256 (no
+  # padding rows; `python -m spade.compile` checks one call's cache). The
+  # caches of all 768 (8,704 slots each) are not kept between turns: for
+  # Qwen3 4B on v5p-32 they would hold 61.6 GiB a chip. Gemma 3's sliding
+  # windows never carry a cache anyway.
+  c.agent.rows_per_call = 256
+  c.agent.carry_cache = False
+  # A prefill step's attention scores are rows x heads x chunk x 8,704 keys:
+  # at 512 columns the Qwen3 4B agent's asked for 188 GB a chip.
+  c.sampling.prefill_chunk = 128
 
   c.regret.estimator = "reference"
   c.optim.learning_rate = 1e-6
@@ -605,6 +624,16 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError("config.memory.replay_fraction must be in [0, 1]")
   if config.num_iterations < 0:
     raise ConfigError("config.num_iterations must be >= 0")
+  if config.agent.rows_per_call < 0:
+    raise ConfigError(
+        f"config.agent.rows_per_call={config.agent.rows_per_call} must be"
+        " >= 0 (0: no limit)"
+    )
+  if config.sampling.prefill_chunk < 0:
+    raise ConfigError(
+        f"config.sampling.prefill_chunk={config.sampling.prefill_chunk} must"
+        " be >= 0 (0: the whole prompt in one step)"
+    )
   if config.optim.lora_rank < 0:
     raise ConfigError(
         f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"

@@ -106,3 +106,111 @@ def test_slice_names_give_the_slice_devices(name, chips, kind):
   devices = topology.parse(name).devices()
   assert len(devices) == chips
   assert {d.device_kind for d in devices} == {kind}
+
+
+def _cache_bytes(c, rows, slots):
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+
+  fns = transformer.sampling_fns(c.model, transformer.Role.AGENT)
+  shapes = jax.eval_shape(lambda: fns.init_cache(rows, slots))
+  return sum(
+      int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(shapes)
+  )
+
+
+def test_agent_sampler_counts_the_kept_caches_of_every_group():
+  # 4 environments x (4 + 4) episodes = 32 a turn; 8 a call: 4 groups, whose
+  # last caches the rollout keeps between turns (carry_cache).
+  c = _tiny(designer__num_envs=4, agent__episodes_per_env=4)
+  c.agent.rows_per_call = 8
+  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
+  prefill, decode, designer, _ = report.programs
+  assert prefill.name == "agent prefill" and prefill.shape.startswith("8x")
+  slots = int(prefill.shape.rsplit("cache ", 1)[1])
+  # Batch-sharded over the 4 chips' data axis.
+  cache = _cache_bytes(c, 8, slots) // 4
+  state = designer.held_bytes  # the designer holds only the optimizer state
+  assert "kept caches" not in designer.held
+  assert state > 0 and "optimizer state" in designer.held
+  assert prefill.held_bytes == state + 4 * cache
+  assert "4 kept caches" in prefill.held
+  assert decode.held_bytes == prefill.held_bytes
+  assert report.peak_bytes >= prefill.peak_bytes + prefill.held_bytes
+
+  # Without carry_cache nothing is kept between turns.
+  c.agent.carry_cache = False
+  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
+  assert report.programs[0].held_bytes == state
+
+  # What is held counts against HBM: 64 groups of 2 rows' caches of 8k slots
+  # for a 4k-wide, 8-layer model (64 kept caches) do not fit; the program
+  # alone would.
+  c = _tiny(
+      designer__num_envs=32,
+      agent__episodes_per_env=2,
+      agent__rows_per_call=2,
+      model__embed_dim=1024,
+      model__num_heads=32,
+      model__num_kv_heads=32,
+      model__head_dim=128,
+      model__num_layers=8,
+      model__max_len=8192,
+      agent__max_context=8192 - 16,
+  )
+  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
+  prefill = report.programs[0]
+  assert not prefill.error and prefill.peak_bytes < 95 * GIB
+  assert prefill.held_bytes > 95 * GIB - prefill.peak_bytes
+  assert not prefill.fits and not report.fits
+  assert "fits=False" in report.summary()
+
+
+def test_decode_takes_the_parameters_in_their_shards():
+  # fsdp=2: each chip holds its shard of every weight in the sampler's decode
+  # step too (the compiled prefill's output shardings, not a replica).
+  import jax  # pylint: disable=g-import-not-at-top
+  from spade import config as config_lib  # pylint: disable=g-import-not-at-top
+  from spade.model import sharding  # pylint: disable=g-import-not-at-top
+  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+
+  # Dimensions in whole TPU tiles (128 lanes), so a shard is not padded.
+  c = _tiny(
+      mesh__fsdp=2,
+      model__vocab_size=512,
+      model__embed_dim=512,
+      model__num_heads=2,
+      model__num_kv_heads=2,
+      model__head_dim=128,
+      model__mlp_dim=1024,
+  )
+  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
+  prefill, decode = report.programs[:2]
+  fns = transformer.sampling_fns(c.model, transformer.Role.AGENT)
+  prepared = jax.eval_shape(
+      lambda: fns.prepare_params(
+          transformer.init_params(c.model, jax.random.PRNGKey(0))
+      )
+  )
+  mesh = sharding.make_mesh(c.mesh, topology.parse("v5p-8").devices())
+  shardings = sharding.fitted_param_shardings(
+      prepared, mesh, config_lib.base_config().mesh.rules
+  )
+  whole = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(prepared))
+  shard = compile_lib.device_bytes(
+      jax.tree.map(
+          lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+          prepared,
+          shardings,
+      )
+  )
+  assert shard < 0.55 * whole
+  rows = int(prefill.shape.split("x", 1)[0])
+  slots = int(prefill.shape.rsplit("cache ", 1)[1])
+  cache = _cache_bytes(c, rows, slots) // 4  # rows over data 2 x fsdp 2
+  # The decode step's parameters are this chip's shards (the designer's
+  # head, unused by the agent, is not an argument): about half of them,
+  # where a replica would be all but that head.
+  params = decode.argument_bytes - cache
+  assert 0.4 * whole < params <= shard + 1024, (params, shard, whole)

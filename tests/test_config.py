@@ -62,6 +62,22 @@ def test_impossible_combination_rejected():
     config_lib.validate(c)
 
 
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("agent.rows_per_call", -1, "rows_per_call=-1 must be >= 0"),
+        ("sampling.prefill_chunk", -8, "prefill_chunk=-8 must be >= 0"),
+        ("optim.lora_rank", -2, "lora_rank=-2 must be >= 0"),
+    ],
+)
+def test_negative_sizes_rejected(key, value, needle):
+  c = _load("tiny")
+  section, name = key.split(".")
+  c[section][name] = value
+  with pytest.raises(config_lib.ConfigError, match=needle):
+    config_lib.validate(c)
+
+
 def test_smoke_variant_is_smaller():
   assert _load("tiny", "smoke").num_iterations == 1
 

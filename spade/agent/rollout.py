@@ -1,11 +1,12 @@
 """The multi-turn rollout engine: every episode of an iteration advances together.
 
-Each turn makes ONE batched sampling call for all live episodes and one
-batched sandbox call for their actions. With `overlap=True` the live episodes
-are split into two halves and pipelined: while one half's actions are stepped
-in the sandbox (a worker thread; the sandbox is other processes, so the GIL is
-not held while waiting), the other half is being sampled (XLA releases the
-GIL). That hides sandbox time behind sampling.
+Each turn makes one batched sampling call per group of live episodes and one
+batched sandbox call for their actions. With `overlap=True` the episodes are
+split into (at least) two groups and pipelined: while one group's actions are
+stepped in the sandbox (a worker thread; the sandbox is other processes, so
+the GIL is not held while waiting), another group is being sampled (XLA
+releases the GIL). That hides sandbox time behind sampling. `rows_per_call`
+caps a group's size, so one call's KV cache fits the accelerator.
 
 On several processes each process steps only its own slice of the episodes in
 its own sandbox pool; results are all-gathered so every process holds the
@@ -280,6 +281,21 @@ class _Live:
     )
 
 
+def num_groups(episodes: int, rows_per_call: int, overlap: bool) -> int:
+  """How many groups (one sampler call each per turn) `run_episodes` plays
+  `episodes` in: two with `overlap` (one samples while the other's sandbox
+  calls run), more when a group would hold over `rows_per_call` (> 0)."""
+  k = 2 if overlap else 1
+  if rows_per_call > 0:
+    k = max(k, -(-episodes // rows_per_call))
+  return k
+
+
+def group_rows(episodes: int, rows_per_call: int, overlap: bool) -> int:
+  """The most episodes one of `run_episodes`' sampler calls holds."""
+  return -(-episodes // num_groups(episodes, rows_per_call, overlap))
+
+
 def run_episodes(
     specs: Sequence[EpisodeSpec],
     sampler: TokenSampler,
@@ -293,6 +309,7 @@ def run_episodes(
     progress: Callable[[str], None] | None = None,
     extend: Callable[[list, str, list], list[int] | None] | None = None,
     stop_ids: Sequence[int] = (),
+    rows_per_call: int = 0,
 ) -> tuple[list[episodes_lib.Episode], RolloutStats]:
   """Plays all episodes to the end (termination, truncation or `max_turns`).
 
@@ -314,8 +331,10 @@ def run_episodes(
     max_context: the prompt token budget (`prompts.prompt_budget`): every
       prompt is cut by `prompts.truncate_messages` to it, and the sampler
       and trainer use the ids as they are.
-    seed: base sampling seed; turn t of half h uses seed*1000 + 2*t + h.
-    overlap: pipeline the sandbox of one half behind the sampling of the other.
+    seed: base sampling seed; turn t of group g (of G) uses seed*1000 + G*t
+      + g.
+    overlap: pipeline the sandbox calls of one group of episodes behind the
+      sampling of the others (at least two groups).
     progress: optional callback for a log line per turn.
     extend: optional `extend(messages, reply, messages_after) -> ids`: the
       tokens the chat format puts after a reply to reach the next prompt
@@ -326,6 +345,10 @@ def run_episodes(
       truncated prompts (and per-turn rows).
     stop_ids: the sampler's stop ids (a reply's closing stop id and the chat
       format's turn end are one token, not two).
+    rows_per_call: the most episodes one sampler call holds (0: no limit);
+      more episodes are split into more groups (`num_groups`), each sampled
+      in its own call, so a call's KV cache stays within the accelerator's
+      memory (`python -m spade.compile` checks it).
 
   Returns:
     The frozen episodes (same order as specs) and the time spent.
@@ -374,14 +397,14 @@ def run_episodes(
     ep.exact = False
     return prompts_lib.truncate_messages(messages, render, max_context), False
 
-  def sample(ids, turn, half):
+  def sample(ids, turn, group):
     prompts = []
     for i in ids:
       ids_i, in_seq = prompt_for(live[i])
       prompts.append((ids_i, in_seq))
     start = time.perf_counter()
     outs = sampler(
-        [p for p, _ in prompts], seed * 1000 + 2 * turn + half, keys=list(ids)
+        [p for p, _ in prompts], seed * 1000 + k * turn + group, keys=list(ids)
     )
     stats.sampling_s += time.perf_counter() - start
     stats.tokens_sampled += sum(len(o[0]) for o in outs)
@@ -493,9 +516,10 @@ def run_episodes(
     ep.seq_lp += [0.0] * len(delta)
 
   # Fixed groups, each advancing turn by turn on its own: group g's sandbox
-  # calls run in the worker while the other group samples.
+  # calls run in the worker while the other groups sample.
   everyone = list(range(len(live)))
-  groups = [everyone[0::2], everyone[1::2]] if overlap else [everyone]
+  k = num_groups(len(live), rows_per_call, overlap)
+  groups = [everyone[g::k] for g in range(k)]
   pending: list[Any] = [None] * len(groups)
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
     # Every group's environments start in the worker, in order, so group

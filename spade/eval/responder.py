@@ -76,7 +76,11 @@ class ModelResponder:
     self._calls = 0
     rules = tuple(tuple(r) for r in config.mesh.rules) if mesh else ()
     self._generator = text.TextGenerator(
-        config.model, self._tokenizer, mesh=mesh, rules=rules
+        config.model,
+        self._tokenizer,
+        mesh=mesh,
+        rules=rules,
+        prefill_chunk=config.sampling.prefill_chunk,
     )
     # Rows are sharded over the mesh's batch axes: a multiple of them.
     self.batch_size = shapes.round_up(

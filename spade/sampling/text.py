@@ -122,6 +122,8 @@ class TextGenerator:
       decode, pad_id, stop_ids).
     mesh: optional mesh (params then come from `sharding.shard_params`).
     rules: logical axis rules (`config.mesh.rules`).
+    prefill_chunk: prompt columns per prefill step (`sampling.prefill_chunk`;
+      0: the whole prompt at once).
   """
 
   def __init__(
@@ -131,8 +133,10 @@ class TextGenerator:
       *,
       mesh: Any = None,
       rules: Sequence[Any] = (),
+      prefill_chunk: int = 512,
   ):
     self.model_config = transformer.ModelConfig.from_config(model_config)
+    self.prefill_chunk = int(prefill_chunk)
     self.tokenizer = tokenizer
     self.mesh = mesh
     self.rules = tuple(
@@ -158,7 +162,15 @@ class TextGenerator:
     role = transformer.Role(role)
     pad = int(self.tokenizer.pad_id)
     stops = tuple(int(i) for i in self.tokenizer.stop_ids)
-    key = (self.model_config, role, pad, stops, id(self.mesh), self.rules)
+    key = (
+        self.model_config,
+        role,
+        pad,
+        stops,
+        id(self.mesh),
+        self.rules,
+        self.prefill_chunk,
+    )
     if key not in _SAMPLERS:
       _SAMPLERS[key] = sampler_lib.Sampler(
           *transformer.sampling_fns(self.model_config, role),
@@ -166,6 +178,7 @@ class TextGenerator:
           stop_ids=stops,
           mesh=self.mesh,
           rules=self.rules,
+          prefill_chunk=self.prefill_chunk,
       )
     return _SAMPLERS[key]
 

@@ -78,7 +78,11 @@ class Engine:
     )
     self._sft_step = None
     self.generator = text.TextGenerator(
-        config.model, self.tokenizer, mesh=self.mesh, rules=self.rules
+        config.model,
+        self.tokenizer,
+        mesh=self.mesh,
+        rules=self.rules,
+        prefill_chunk=config.sampling.prefill_chunk,
     )
 
   # -- text -------------------------------------------------------------------
@@ -167,11 +171,16 @@ class Engine:
       )
     raise ValueError(f"unknown role {role!r}; 'agent' or 'designer'")
 
-  def agent_sampler(self, *, max_new_tokens: int, temperature: float):
+  def agent_sampler(
+      self, *, max_new_tokens: int, temperature: float, groups: int = 2
+  ):
     """The rollout engine's `TokenSampler` for the agent head: each turn of
     an episode (its key) continues the cache of its last turn
-    (`config.agent.carry_cache`)."""
-    session = text.Session() if self.config.agent.carry_cache else None
+    (`config.agent.carry_cache`), the last caches of `groups` calls kept
+    (one per group of episodes, `rollout.num_groups`)."""
+    session = None
+    if self.config.agent.carry_cache:
+      session = text.Session(max_calls=max(groups, 1))
 
     def sample(prompts, seed, keys=None):
       return self.sample(

@@ -454,11 +454,13 @@ class Trainer:
         len(specs),
         len(envs),
     )
+    rows_per_call = c.agent.rows_per_call
     return rollout.run_episodes(
         specs,
         self.engine.agent_sampler(
             max_new_tokens=c.agent.max_new_tokens,
             temperature=c.agent.temperature,
+            groups=rollout.num_groups(len(specs), rows_per_call, True),
         ),
         self.envs.episodes(),
         self.engine.render,
@@ -466,6 +468,7 @@ class Trainer:
         max_context=self.engine.prompt_budget("agent"),
         seed=_seed_for(c.seed, it, "agent"),
         overlap=True,
+        rows_per_call=rows_per_call,
         progress=lambda line: _log("iteration %d: %s", it + 1, line),
         extend=self.engine.extend if c.agent.episode_rows else None,
         stop_ids=tuple(self.engine.tokenizer.stop_ids),

@@ -183,6 +183,43 @@ def test_sandbox_time_hides_behind_sampling():
   assert stats.sandbox_hidden_s > 0.5 * stats.sandbox_s
 
 
+def test_rows_per_call_caps_every_sampler_call():
+  calls = []
+
+  def counting(prompts_ids, seed, keys=None):
+    calls.append((seed, tuple(keys)))
+    return hinted_sampler(prompts_ids, seed, keys)
+
+  specs = [rollout.EpisodeSpec(0, "src", s, "always +1", s) for s in range(10)]
+  episodes, _ = rollout.run_episodes(
+      specs,
+      counting,
+      FakeExecutor(),
+      render,
+      max_turns=6,
+      max_context=1000,
+      seed=7,
+      overlap=True,
+      rows_per_call=3,
+  )
+  # ceil(10 / 3) = 4 groups, interleaved: {0,4,8}, {1,5,9}, {2,6}, {3,7}.
+  assert rollout.num_groups(10, 3, True) == 4
+  assert rollout.group_rows(10, 3, True) == 3
+  assert max(len(k) for _, k in calls) == 3
+  first = [set(k) for _, k in calls[:4]]
+  assert first == [{0, 4, 8}, {1, 5, 9}, {2, 6}, {3, 7}]
+  # Turn t of group g samples with seed*1000 + 4*t + g: all distinct.
+  assert [s for s, _ in calls[:5]] == [7000, 7001, 7002, 7003, 7004]
+  assert len({s for s, _ in calls}) == len(calls)
+  # Every episode is played as it would be in one call.
+  assert all(ep.terminated and ep.total_reward == 1.0 for ep in episodes)
+  # Without a cap, two groups (overlap) or one.
+  assert rollout.num_groups(10, 0, True) == 2
+  assert rollout.num_groups(10, 0, False) == 1
+  assert rollout.group_rows(768, 256, True) == 256
+  assert rollout.group_rows(768, 0, True) == 384
+
+
 def test_truncation_drops_oldest_turns_but_keeps_task_and_hint():
   turns = [(f"action{i}", f"obs{i}") for i in range(50)]
   messages = prompts.history_messages("TASK", "HINT", turns)
