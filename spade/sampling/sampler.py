@@ -265,7 +265,13 @@ def sample_logits(
   """Draws one token per row; returns (int32[B], log_softmax(logits)[tok])."""
   logits = logits.astype(jnp.float32)
   if greedy:
-    tok = jnp.argmax(logits, -1).astype(jnp.int32)
+    # argmax's answer (the first index of the row's maximum) from two plain
+    # reductions: XLA's CPU argmax, one (value, index) reduce, took 5.8 ms a
+    # decode step for 8 x 262,144 logits, these 1.7.
+    v = logits.shape[-1]
+    iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+    top = logits == jnp.max(logits, -1, keepdims=True)
+    tok = jnp.minimum(jnp.min(jnp.where(top, iota, v), -1), v - 1)
   elif top_k > 0:
     vals, idx = jax.lax.top_k(logits, top_k)
     scaled = vals / temperature

@@ -97,6 +97,23 @@ def test_same_key_same_samples_other_key_other_samples(setup):
   assert not np.array_equal(a.tokens, c.tokens)
 
 
+def test_greedy_draw_is_numpy_argmax_with_ties_and_masks():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(6, 1000)).astype(np.float32)
+  logits[1, [3, 700]] = 9.0  # a tie: the first index wins, as in argmax
+  logits[2, :500] = -np.inf
+  logits[3] = 0.0  # all equal
+  logits[4, -1] = 50.0  # the last index
+  tok, logp = S.sample_logits(
+      jax.random.key(0), jnp.asarray(logits), greedy=True, top_k=0,
+      use_top_p=False, temperature=jnp.float32(1.0), top_p=jnp.float32(1.0),
+  )  # fmt: skip
+  np.testing.assert_array_equal(np.asarray(tok), np.argmax(logits, -1))
+  peak = logits.max(-1, keepdims=True)
+  lse = peak[:, 0] + np.log(np.exp(logits - peak).sum(-1))
+  np.testing.assert_allclose(np.asarray(logp), peak[:, 0] - lse, atol=1e-5)
+
+
 def test_top_k_one_and_tiny_top_p_are_greedy(setup):
   _, params, sampler, _ = setup
   greedy = _run(sampler, params, temperature=0.0)
