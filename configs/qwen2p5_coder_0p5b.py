@@ -11,6 +11,8 @@ come from the same file. Run:
       --workdir=/tmp/qwen05b
   python -m spade.main --config=configs/qwen2p5_coder_0p5b.py:runlocal \
       --workdir=/tmp/qwen05b_runlocal
+  python -m spade.main --config=configs/qwen2p5_coder_0p5b.py:agent_curve \
+      --workdir=/tmp/qwen05b_curve
   python -m spade.generate --config=configs/qwen2p5_coder_0p5b.py \
       --prompt="Write a Python function that reverses a string." \
       --chat --max_new_tokens=64 --temperature=0
@@ -21,11 +23,12 @@ from spade.model import transformer
 
 
 def get_config(arg=None):
-  """Returns the Qwen2.5-Coder 0.5B config; `arg="runlocal"`: short CPU run."""
-  if arg not in (None, "", "runlocal"):
+  """Returns the Qwen2.5-Coder 0.5B config; `arg="runlocal"`: short CPU run;
+  `arg="agent_curve"`: the agent alone on four seed games (README's curve)."""
+  if arg not in (None, "", "runlocal", "agent_curve"):
     raise ValueError(
         f"configs/qwen2p5_coder_0p5b.py has no variant {arg!r} "
-        "(try 'runlocal')"
+        "(try 'runlocal' or 'agent_curve')"
     )
   c = config_lib.base_config()
   c.num_iterations = 50
@@ -103,4 +106,28 @@ def get_config(arg=None):
     c.agent.max_turns = 2
     c.agent.max_new_tokens = 48
     c.agent.max_context = 448
+  elif arg == "agent_curve":
+    # The agent alone (fixed pool, no designer) on four seed games where
+    # the model's first replies win some episodes and lose others, so its
+    # groups carry a signal; every game every iteration, 4 episodes per arm.
+    c.num_iterations = 10
+    c.train.mode = "fixed_pool"
+    c.train.pool_seeds = (
+        "knights_knaves",
+        "order_lookup",
+        "coin_change",
+        "memory_sequence",
+    )
+    c.designer.num_envs = 4
+    c.agent.episodes_per_env = 4
+    c.agent.max_turns = 4
+    c.agent.max_new_tokens = 160
+    c.agent.max_context = 1536
+    # Rank-32 adapters (the reference's Tinker backend) at a learning rate
+    # they can move with in ten iterations.
+    c.optim.lora_rank = 32
+    c.optim.learning_rate = 1e-4
+    c.optim.microbatch_rows = 1
+    c.optim.microbatch_remat = False
+    c.train.checkpoint_every = 5
   return c

@@ -304,6 +304,9 @@ def base_config() -> ConfigDict:
   # of the seed library; each is validated first, sampled with replacement
   # when the pool is smaller than designer.num_envs.
   c.train.pool_dir = ""
+  # fixed_pool mode without pool_dir: these seed programs only, by name
+  # (`spade.environments.library`; empty: every training seed).
+  c.train.pool_seeds = ()
 
   c.memory = ConfigDict()
   c.memory.enabled = True

@@ -330,7 +330,8 @@ class Trainer:
         return _fit(ids, budget, self.engine.tokenizer.bos_id)
 
   def pool_programs(self) -> list[records.Environment]:
-    """The fixed pool: `train.pool_dir`'s programs, or the seed library.
+    """The fixed pool: `train.pool_dir`'s programs, or the seed library
+    (those named in `train.pool_seeds`, when given).
 
     A folder's programs are validated once, in the sandbox; invalid ones are
     left out with their reasons logged, and a folder with no valid program
@@ -340,11 +341,20 @@ class Trainer:
       return self._pool_programs
     c = self.config
     if not c.train.pool_dir:
+      names = tuple(c.train.pool_seeds)
+      known = {p.name for p in self.seeds}
+      unknown = [n for n in names if n not in known]
+      if unknown:
+        raise ValueError(
+            f"config.train.pool_seeds names no training seed {unknown}; one"
+            f" of {sorted(known)}"
+        )
       self._pool_programs = [
           records.Environment(
               source=p.source, origin="seed", hint=None, name=p.name
           )
           for p in self.seeds
+          if not names or p.name in names
       ]
       return self._pool_programs
     folder = os.path.expanduser(c.train.pool_dir)

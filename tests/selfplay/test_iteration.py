@@ -285,6 +285,25 @@ def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
   assert all(e.origin == "pool" for e in envs)
 
 
+def test_fixed_pool_of_named_seeds():
+  from spade.environments import library  # pylint: disable=g-import-not-at-top
+  import pytest  # pylint: disable=g-import-not-at-top
+
+  c = _config(**{"train.mode": "fixed_pool"})
+  c.train.pool_seeds = ("order_lookup", "coin_change")
+  c.designer.num_envs = 2
+  t = _trainer(c)
+  t.seeds = [p for p in library.seed_programs() if not p.heldout]
+  envs = t.environments(0, [])
+  assert sorted(e.name for e in envs) == ["coin_change", "order_lookup"]
+  assert all(e.origin == "seed" for e in envs)
+  c.train.pool_seeds = ("order_lookup", "no_such_seed")
+  t = _trainer(c)
+  t.seeds = [p for p in library.seed_programs() if not p.heldout]
+  with pytest.raises(ValueError, match="no_such_seed"):
+    t.environments(0, [])
+
+
 def test_delayed_designer_rows_survive_the_checkpoint():
   c = _config()
   state = curriculum_lib.LoopState(c)
