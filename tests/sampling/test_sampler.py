@@ -103,7 +103,7 @@ def test_greedy_draw_is_numpy_argmax_with_ties_and_masks():
   logits[1, [3, 700]] = 9.0  # a tie: the first index wins, as in argmax
   logits[2, :500] = -np.inf
   logits[3] = 0.0  # all equal
-  logits[4, -1] = 50.0  # the last index
+  logits[4, -1] = 50.0
   tok, logp = S.sample_logits(
       jax.random.key(0), jnp.asarray(logits), greedy=True, top_k=0,
       use_top_p=False, temperature=jnp.float32(1.0), top_p=jnp.float32(1.0),
