@@ -300,6 +300,9 @@ def base_config() -> ConfigDict:
   c.train.warm_start_steps = 0
   c.train.warm_start_batch = 4
   c.train.save_programs = True
+  # With save_programs: every episode's turns (actions, rewards,
+  # observations) in programs/iter_NNNNNN/episodes.jsonl.
+  c.train.save_episodes = True
   # fixed_pool mode: a folder of environment programs (*.py) to play instead
   # of the seed library; each is validated first, sampled with replacement
   # when the pool is smaller than designer.num_envs.

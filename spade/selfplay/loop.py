@@ -61,6 +61,8 @@ from spade.selfplay import records
 from spade.train import checkpoints
 
 PROGRAMS_DIR = "programs"
+# One JSON line per episode played in an iteration (`train.save_episodes`).
+EPISODES_FILE = "episodes.jsonl"
 
 
 def _log(fmt: str, *args) -> None:
@@ -684,7 +686,7 @@ class Trainer:
     update_metrics.setdefault("train/update_skipped", 0.0)
     update_metrics["update/agent_rows"] = float(len(agent_rows))
     update_metrics["update/designer_rows"] = float(len(due))
-    self._save_programs(it, designs, envs, scores, window_scores)
+    self._save_programs(it, designs, envs, scores, window_scores, episodes)
 
     reasons: dict[str, int] = {}
     for d in designs:
@@ -767,11 +769,18 @@ class Trainer:
           episodes=int(m.sum()),
       )
 
-  def _save_programs(self, it, designs, envs, scores, window_scores):
+  def _save_programs(
+      self, it, designs, envs, scores, window_scores, episodes=()
+  ):
     if not self.config.train.save_programs or jax.process_index() != 0:
       return
     folder = os.path.join(self.workdir, PROGRAMS_DIR, f"iter_{it:06d}")
     os.makedirs(folder, exist_ok=True)
+    if self.config.train.save_episodes:
+      rule = self.config.agent.return_rule
+      with open(os.path.join(folder, EPISODES_FILE), "w") as f:
+        for ep in episodes:
+          f.write(json.dumps(_transcript(ep, envs[ep.env_index], rule)) + "\n")
     index = []
     for d in designs:
       name = f"design_{d.index:03d}.py"
@@ -866,6 +875,35 @@ def _fit(ids: list[int], budget: int, bos: int) -> list[int]:
   if ids and ids[0] == bos:
     return [bos] + ids[len(ids) - budget + 1 :]
   return ids[-budget:]
+
+
+def _transcript(
+    ep: records.Episode, env: records.Environment, rule: str
+) -> dict[str, Any]:
+  """An episode as a researcher reads it: what was shown, said and paid."""
+  return {
+      "env_index": ep.env_index,
+      "name": env.name,
+      "hinted": ep.hinted,
+      "sample": ep.sample,
+      "seed": ep.seed,
+      "hint": ep.hint,
+      "first_observation": ep.first_observation,
+      "turns": [
+          {
+              "action": t.action,
+              "reward": t.reward,
+              "observation": t.observation,
+              "tool_results": list(t.tool_results),
+          }
+          for t in ep.turns
+      ],
+      "terminated": ep.terminated,
+      "truncated": ep.truncated,
+      "env_failed": ep.env_failed,
+      "error": ep.error,
+      "return": ep.episode_return(rule),
+  }
 
 
 def _arm_mean(scores: records.Scores, e: int, h: int) -> float | None:

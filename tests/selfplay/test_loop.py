@@ -192,3 +192,14 @@ def test_fixed_pool_baseline_with_warm_start(tmp_path):
   # no row carries signal and the update is skipped, saying so.
   assert row["train/rows_total"] > 0 and row["train/rows_with_signal"] == 0
   assert row["train/update_skipped"] == 1.0
+  # Every episode's transcript: the seed's name, each turn's action and
+  # answer, and the return the update used.
+  path = os.path.join(workdir, "programs", "iter_000000", "episodes.jsonl")
+  with open(path) as f:
+    episodes = [json.loads(line) for line in f]
+  assert len(episodes) == 2
+  assert sorted(e["hinted"] for e in episodes) == [False, True]
+  for e in episodes:
+    assert e["name"] and e["first_observation"]
+    assert e["turns"] and all("action" in t for t in e["turns"])
+    assert e["return"] in (0.0, 1.0) and not e["env_failed"]
