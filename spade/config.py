@@ -230,6 +230,12 @@ def base_config() -> ConfigDict:
   # environment terminated the episode, else 0. "clipped_total" (ours
   # before): the total reward clipped to [0, 1] (erases penalties).
   c.agent.return_rule = "final_if_terminated"
+  # How a turn is prompted (spade/agent/prompts.py). "reference": the
+  # reference's actor template, no system message, the observation wrapped
+  # in "You are playing a language game..." / "...put your final answer
+  # within \boxed{}.", the hint as "HINT: ". "system" (ours before): one
+  # system message for games and tools, the hint as "Hint: ".
+  c.agent.prompt_style = "reference"
   # The reference plays hinted episodes only to score the environment; True
   # also trains the agent on them (ours before).
   c.agent.train_on_hinted = False
@@ -409,6 +415,7 @@ _CHOICES = {
     "designer.invalid_designs": ("drop", "penalize"),
     "regret.designer_advantage": ("center", "normalize"),
     "agent.return_rule": ("final_if_terminated", "clipped_total"),
+    "agent.prompt_style": ("reference", "system"),
     "train.mode": ("spade", "fixed_pool"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
 }

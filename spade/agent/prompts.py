@@ -1,9 +1,48 @@
-"""Agent prompts and the history truncation rule."""
+"""Agent prompts and the history truncation rule.
+
+Two prompt styles (`agent.prompt_style`):
+
+  "reference"  the reference's actor template (`orchestrator.py`,
+               `_apply_game_template("qwen3_game")`): no system message, the
+               first user turn is GAME_PREFIX + observation + GAME_SUFFIX,
+               the hint injected as "{observation}\n\nHINT: {hint}"
+               (`hint_injection_template`); a tool-use environment's
+               observation goes unwrapped (the reference passes its tools
+               through the chat template; we append them as text and say how
+               to call them in a system message, as Qwen's template does).
+  "system"     ours before the reference was matched: one system message
+               (AGENT_SYSTEM) covering games and tools, the observation as
+               the first user turn, "\n\nHint: {hint}" after it.
+
+Later observations are plain user turns (tool results `tool` turns) in both.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Callable, Sequence
+
+PROMPT_STYLES = ("reference", "system")
+
+GAME_PREFIX = (
+    "You are playing a language game. Make valid actions to win.\nObservation: "
+)
+GAME_SUFFIX = (
+    "\nPlease reason step by step, and put your final answer within"
+    " \\boxed{}."
+)
+REFERENCE_HINT = "\n\nHINT: "
+
+# What Qwen's chat template tells a model given tools (the reference's
+# tool-use path renders the tools with it).
+TOOLS_SYSTEM = (
+    "You may call one or more functions to assist with the user query. The"
+    " functions are listed after the task. For each function call, return a"
+    " json object with function name and arguments within"
+    " <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>\nWhen done, give your final answer as <answer>...</answer>."
+)
 
 AGENT_SYSTEM = (
     "You are playing a multi-turn environment. Each turn, read the"
@@ -12,6 +51,15 @@ AGENT_SYSTEM = (
     ' <tool_call>{"name": ..., "arguments": {...}}</tool_call> and submit'
     " <answer>...</answer> when done."
 )
+SYSTEM_HINT = "\n\nHint: "
+
+
+def _check_style(style: str) -> None:
+  if style not in PROMPT_STYLES:
+    raise ValueError(
+        f"unknown agent.prompt_style {style!r}; use 'reference' (the"
+        " reference's actor template) or 'system'"
+    )
 
 
 def tools_suffix(tools: Any) -> str:
@@ -21,17 +69,42 @@ def tools_suffix(tools: Any) -> str:
   return "\n\nTools:\n" + json.dumps(tools, indent=1)
 
 
-def first_message(observation: str, hint: str | None) -> str:
+def first_message(
+    observation: str,
+    hint: str | None,
+    style: str = "reference",
+    tools: bool = False,
+) -> str:
   """The first user turn: the observation, plus the hint when given."""
-  if hint:
-    return f"{observation}\n\nHint: {hint}"
-  return observation
+  _check_style(style)
+  if style == "system":
+    return f"{observation}{SYSTEM_HINT}{hint}" if hint else observation
+  shown = f"{observation}{REFERENCE_HINT}{hint}" if hint else observation
+  return shown if tools else f"{GAME_PREFIX}{shown}{GAME_SUFFIX}"
+
+
+def _head(
+    first_observation: str, hint: str | None, style: str, tools: bool
+) -> list[dict[str, str]]:
+  """The system message (when the style has one) and the first user turn."""
+  user = {
+      "role": "user",
+      "content": first_message(first_observation, hint, style, tools),
+  }
+  if style == "system":
+    return [{"role": "system", "content": AGENT_SYSTEM}, user]
+  if tools:
+    return [{"role": "system", "content": TOOLS_SYSTEM}, user]
+  return [user]
 
 
 def history_messages(
     first_observation: str,
     hint: str | None,
     turns: list[tuple[str, str]],
+    *,
+    style: str = "reference",
+    tools: bool = False,
 ) -> list[dict[str, str]]:
   """Chat messages for the next agent turn.
 
@@ -39,14 +112,13 @@ def history_messages(
     first_observation: what `reset()` returned.
     hint: the privileged hint (hinted episodes) or None.
     turns: (action, observation after it) for every turn played so far.
+    style: `agent.prompt_style` (module docstring).
+    tools: the environment has tools.
 
   Returns:
-    System, first user turn, then alternating assistant/user turns.
+    The head (`_head`), then alternating assistant/user turns.
   """
-  messages = [
-      {"role": "system", "content": AGENT_SYSTEM},
-      {"role": "user", "content": first_message(first_observation, hint)},
-  ]
+  messages = _head(first_observation, hint, style, tools)
   for action, observation in turns:
     messages.append({"role": "assistant", "content": action})
     messages.append({"role": "user", "content": observation})
@@ -57,6 +129,9 @@ def episode_messages(
     first_observation: str,
     hint: str | None,
     turns: Sequence[Any],
+    *,
+    style: str = "reference",
+    tools: bool = False,
 ) -> list[dict[str, str]]:
   """Chat messages for the next agent turn of an episode.
 
@@ -67,14 +142,13 @@ def episode_messages(
       the assistant's reply, then one `tool` message per tool result (a
       reply that called tools, as the reference sends them), then the
       environment's observation as a user message when `step()` answered.
+    style: `agent.prompt_style` (module docstring).
+    tools: the environment has tools.
 
   Returns:
-    System, first user turn, then the exchanges in order.
+    The head (`_head`), then the exchanges in order.
   """
-  messages = [
-      {"role": "system", "content": AGENT_SYSTEM},
-      {"role": "user", "content": first_message(first_observation, hint)},
-  ]
+  messages = _head(first_observation, hint, style, tools)
   for turn in turns:
     messages.append({"role": "assistant", "content": turn.action})
     for result in turn.tool_results:
@@ -101,7 +175,7 @@ def truncate_messages(
   system message and first turn alone do not fit, the first observation's
   text is shortened (its beginning and the hint are kept), then the system
   message's; the rendered prompt is never cut from the left, so BOS, the
-  chat format and the hint survive.
+  chat format, the reference style's wrapper and the hint survive.
 
   Args:
     messages: output of `episode_messages` / `history_messages`.
@@ -127,20 +201,20 @@ def truncate_messages(
   if len(ids) <= max_tokens:
     return ids
   system, first = head[:-1], head[-1]
-  content = first["content"]
-  hint_at = content.rfind("\n\nHint: ")
-  task, hint = (
-      (content[:hint_at], content[hint_at:]) if hint_at >= 0 else (content, "")
-  )
+  prefix, task, hint, suffix = _split_first(first["content"])
+
+  def user(task):
+    return [{"role": "user", "content": prefix + task + hint + suffix}]
+
   while len(ids) > max_tokens and task:
     task = task[: len(task) // 2]
-    ids = render(system + [{"role": "user", "content": task + hint}])
+    ids = render(system + user(task))
   # A system message longer than the budget (an evaluation's tool list on a
   # byte-level model): its end goes, its beginning stays.
   while len(ids) > max_tokens and system and system[0]["content"]:
     text = system[0]["content"]
     system = [dict(system[0], content=text[: len(text) // 2])]
-    ids = render(system + [{"role": "user", "content": task + hint}])
+    ids = render(system + user(task))
   if len(ids) > max_tokens:
     raise ValueError(
         f"the chat format and hint alone take {len(ids)} tokens, over the"
@@ -148,6 +222,17 @@ def truncate_messages(
         " agent.max_new_tokens"
     )
   return ids
+
+
+def _split_first(content: str) -> tuple[str, str, str, str]:
+  """(wrapper prefix, task, hint part, wrapper suffix) of a first user turn."""
+  prefix = GAME_PREFIX if content.startswith(GAME_PREFIX) else ""
+  suffix = GAME_SUFFIX if prefix and content.endswith(GAME_SUFFIX) else ""
+  body = content[len(prefix) : len(content) - len(suffix)]
+  hint_at = max(body.rfind(REFERENCE_HINT), body.rfind(SYSTEM_HINT))
+  if hint_at < 0:
+    return prefix, body, "", suffix
+  return prefix, body[:hint_at], body[hint_at:], suffix
 
 
 def prompt_budget(max_context: int, max_len: int, max_new_tokens: int) -> int:

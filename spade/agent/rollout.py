@@ -310,6 +310,7 @@ def run_episodes(
     extend: Callable[[list, str, list], list[int] | None] | None = None,
     stop_ids: Sequence[int] = (),
     rows_per_call: int = 0,
+    prompt_style: str = "reference",
 ) -> tuple[list[episodes_lib.Episode], RolloutStats]:
   """Plays all episodes to the end (termination, truncation or `max_turns`).
 
@@ -379,11 +380,18 @@ def run_episodes(
       else:
         ep.fail(res)
 
+  def messages_of(ep, turns):
+    return prompts_lib.episode_messages(
+        ep.first_observation,
+        ep.hint,
+        turns,
+        style=prompt_style,
+        tools=ep.tools,
+    )
+
   def prompt_for(ep):
     """The prompt ids of ep's next reply and whether they extend ep.seq."""
-    messages = prompts_lib.episode_messages(
-        ep.first_observation, ep.hint, ep.turns
-    )
+    messages = messages_of(ep, ep.turns)
     if extend is not None and not ep.turns:
       ids = prompts_lib.truncate_messages(messages, render, max_context)
       # Exact only if the task was not shortened to fit.
@@ -502,9 +510,9 @@ def run_episodes(
     """Appends what the chat format puts between the reply and the next
     prompt; an episode whose format cannot say stops being exact."""
     delta = extend(
-        prompts_lib.episode_messages(ep.first_observation, ep.hint, before),
+        messages_of(ep, before),
         ep.turns[-1].action,
-        prompts_lib.episode_messages(ep.first_observation, ep.hint, ep.turns),
+        messages_of(ep, ep.turns),
     )
     if delta is None:
       ep.exact = False

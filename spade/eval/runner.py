@@ -25,6 +25,8 @@ def eval_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       section.max_turns = config.agent.max_turns
     if section.max_new_tokens <= 0:
       section.max_new_tokens = config.agent.max_new_tokens
+    # Held-out games are prompted as training prompts them.
+    section.prompt_style = config.agent.prompt_style
   return section
 
 

@@ -66,6 +66,7 @@ class SeedHeldoutSuite:
           " config.agent.max_turns)"
       )
     self.max_turns = int(turns)
+    self.prompt_style = str(eval_config.get("prompt_style", "reference"))
 
   def episodes(self, num_examples: int) -> list[tuple[str, str, int]]:
     """(program name, source, seed) of each episode, in a fixed order."""
@@ -108,6 +109,7 @@ class SeedHeldoutSuite:
         max_context=int(getattr(responder, "max_prompt_tokens", 1 << 30)),
         seed=self.seed,
         overlap=False,
+        prompt_style=self.prompt_style,
     )
     results = []
     for (name, _, seed), ep in zip(specs, episodes):

@@ -249,7 +249,9 @@ class Engine:
       first = episode[0][0] if episode else ""
       for i, (_, action) in enumerate(episode):
         ids = agent_prompts.truncate_messages(
-            agent_prompts.history_messages(first, None, history),
+            agent_prompts.history_messages(
+                first, None, history, style=c.agent.prompt_style
+            ),
             self.render,
             self.prompt_budget("agent"),
         )

@@ -481,6 +481,7 @@ class Trainer:
         seed=_seed_for(c.seed, it, "agent"),
         overlap=True,
         rows_per_call=rows_per_call,
+        prompt_style=c.agent.prompt_style,
         progress=lambda line: _log("iteration %d: %s", it + 1, line),
         extend=self.engine.extend if c.agent.episode_rows else None,
         stop_ids=tuple(self.engine.tokenizer.stop_ids),

@@ -2,6 +2,9 @@
 
 import time
 
+import pytest
+
+from spade.agent import episodes as episodes_lib
 from spade.agent import prompts
 from spade.agent import rollout
 from spade.model import tokenizer
@@ -363,11 +366,50 @@ def test_truncated_episode_returns_zero_under_the_reference_rule():
 def test_truncation_never_cuts_the_system_message_or_the_hint():
   # A first observation longer than the whole budget: the task text is
   # shortened, the system message and the hint survive intact.
-  messages = prompts.history_messages("T" * 5000, "HINT", [])
+  messages = prompts.history_messages("T" * 5000, "HINT", [], style="system")
   ids = prompts.truncate_messages(messages, render, 600)
   text = "".join(chr(i) for i in ids)
   assert len(ids) <= 600
   assert text.startswith(prompts.AGENT_SYSTEM) and "Hint: HINT" in text
+
+
+def test_reference_prompt_is_the_reference_actor_template():
+  # spade-rl/spade orchestrator.py `_apply_game_template("qwen3_game")` and
+  # types.py `hint_injection_template`, character for character.
+  messages = prompts.episode_messages("Pick a digit.", "Try 7.", [])
+  assert messages == [
+      {
+          "role": "user",
+          "content": (
+              "You are playing a language game. Make valid actions to win.\n"
+              "Observation: Pick a digit.\n\nHINT: Try 7.\n"
+              "Please reason step by step, and put your final answer within"
+              " \\boxed{}."
+          ),
+      }
+  ]
+  # Later observations are plain user turns.
+  turn = episodes_lib.Turn((), (), (), "\\boxed{3}", 0.0, "Wrong.")
+  assert prompts.episode_messages("Pick a digit.", None, [turn])[1:] == [
+      {"role": "assistant", "content": "\\boxed{3}"},
+      {"role": "user", "content": "Wrong."},
+  ]
+  # A tool-use environment's observation is not wrapped; a system message
+  # says how to call tools, as Qwen's template does with tools.
+  system, user = prompts.episode_messages("Find order 7.", None, [], tools=True)
+  assert user == {"role": "user", "content": "Find order 7."}
+  assert "<tool_call>" in system["content"] and system["role"] == "system"
+  with pytest.raises(ValueError, match="prompt_style"):
+    prompts.episode_messages("x", None, [], style="mine")
+
+
+def test_truncation_keeps_the_reference_wrapper_and_hint():
+  messages = prompts.history_messages("T" * 5000, "HINT", [])
+  ids = prompts.truncate_messages(messages, render, 600)
+  text = "".join(chr(i) for i in ids)
+  assert len(ids) <= 600 and "T" * 100 in text
+  assert text.startswith(prompts.GAME_PREFIX + "TTT")
+  assert text.endswith("TTT\n\nHINT: HINT" + prompts.GAME_SUFFIX)
 
 
 def test_prompt_budget_leaves_room_for_the_reply():
