@@ -10,7 +10,15 @@ validated in the sandbox pool of `config.sandbox` (gVisor by default). Prints
 one line per batch (tokens, tok/s), then each design's verdict, the counts
 by reason and the running total; the last line is:
 
-  designs=N valid=V valid_frac=F
+  designs=N valid=V valid_frac=F near_copies=C distinct_valid=D
+
+A valid design may be the prompt's own example program, renamed: C counts the
+valid designs the archive's near-duplicate check (`spade.memory.dedup`, at
+`memory.duplicate_threshold`) finds equal to one of the designer prompts'
+example programs (`spade.designer.examples.BY_FAMILY`), and D the valid
+designs an empty archive would keep (neither such a copy nor a near-duplicate
+of a design kept before it). `--rescore DIR` prints these figures again for
+the designs a run saved with `--save_dir=DIR`, without sampling.
 
 Sampling uses the loop's designer settings (`designer.temperature`,
 `sampling.top_k`, `sampling.top_p`) unless overridden. Prompts are left-padded
@@ -21,6 +29,7 @@ longest prompt plus `--max_new_tokens`. Run (several minutes on 2 CPU cores):
   python benchmarks/designer_validity.py
   python benchmarks/designer_validity.py --designs=4 --batch=4   # a probe
   python benchmarks/designer_validity.py --save_dir=/tmp/designs  # keep them
+  python benchmarks/designer_validity.py --rescore=/tmp/designs
 """
 
 from __future__ import annotations
@@ -38,8 +47,10 @@ import numpy as np
 
 from spade import config as config_lib
 from spade import grounding
+from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
+from spade.memory import dedup
 from spade.model import checkpoints
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
@@ -83,6 +94,10 @@ def _parse(argv):
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--iteration", type=int, default=0)
   p.add_argument("--save_dir", default="", help="write designs and verdicts")
+  p.add_argument(
+      "--rescore", default="",
+      help="a --save_dir of an earlier run: print its figures, sample nothing",
+  )  # fmt: skip
   return p.parse_args(argv)
 
 
@@ -109,9 +124,64 @@ def designer_prompts_for(config, n: int, seed: int, iteration: int):
   return out
 
 
+def novelty(valid_codes: list[str], threshold: float) -> tuple[int, int]:
+  """(near_copies, distinct_valid) of valid programs, in order (module doc)."""
+  shown = [dedup.minhash(code) for code in examples.BY_FAMILY.values()]
+  shown_prints = {dedup.ast_fingerprint(c) for c in examples.BY_FAMILY.values()}
+  copies, kept, kept_prints = 0, [], set()
+  for code in valid_codes:
+    signature, fingerprint = dedup.minhash(code), dedup.ast_fingerprint(code)
+    if (
+        fingerprint in shown_prints
+        or max(dedup.similarity(signature, np.stack(shown))) >= threshold
+    ):
+      copies += 1
+      continue
+    if fingerprint in kept_prints or (
+        kept and max(dedup.similarity(signature, np.stack(kept))) >= threshold
+    ):
+      continue
+    kept.append(signature)
+    kept_prints.add(fingerprint)
+  return copies, len(kept)
+
+
+def summary(codes: list[str], verdicts: list[dict], threshold: float) -> str:
+  """The last line: designs=N valid=V valid_frac=F near_copies=C ..."""
+  valid = [c for c, v in zip(codes, verdicts) if v.get("valid")]
+  copies, distinct = novelty(valid, threshold)
+  return (
+      f"designs={len(codes)} valid={len(valid)}"
+      f" valid_frac={len(valid) / max(len(codes), 1):.3f}"
+      f" near_copies={copies} distinct_valid={distinct}"
+  )
+
+
+def rescore(directory: str, threshold: float) -> None:
+  """Prints the summary of the designs a `--save_dir` run wrote."""
+  codes, verdicts = [], []
+  for k in range(1000):
+    stem = os.path.join(directory, f"design_{k:02d}")
+    if not os.path.exists(stem + ".json"):
+      break
+    with open(stem + ".py") as f:
+      codes.append(f.read())
+    with open(stem + ".json") as f:
+      verdicts.append(json.load(f))
+  if not codes:
+    raise SystemExit(
+        f"--rescore={directory}: no design_00.json there; pass the"
+        " --save_dir of a designer_validity run"
+    )
+  print(summary(codes, verdicts, threshold), flush=True)
+
+
 def main(argv=None) -> None:
   args = _parse(argv)
   config = _load_config(args.config)
+  if args.rescore:
+    rescore(args.rescore, config.memory.duplicate_threshold)
+    return
   if args.family:
     config.designer.prompt_family = args.family
   config_lib.validate(config)
@@ -221,7 +291,6 @@ def main(argv=None) -> None:
             f.write(batch_codes[i])
           with open(stem + ".json", "w") as f:
             json.dump(verdict, f, indent=1, default=str)
-      valid = sum(bool(v.get("valid")) for v in verdicts)
       print(
           f"sampling: {total_tokens} tokens in {total_s:.0f}s"
           f" ({total_tokens / max(total_s, 1e-9):.1f} tok/s incl. prefill and"
@@ -232,8 +301,7 @@ def main(argv=None) -> None:
           "reasons: " + ", ".join(f"{r}={c}" for r, c in reasons.most_common())
       )
       print(
-          f"designs={len(codes)} valid={valid}"
-          f" valid_frac={valid / max(len(codes), 1):.3f}",
+          summary(codes, verdicts, config.memory.duplicate_threshold),
           flush=True,
       )
 

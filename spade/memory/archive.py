@@ -619,6 +619,7 @@ class Archive:
         "evicted_fingerprints": dict(self._evicted_fingerprints),
         # Saved so a restore need not re-tokenise every program (~10 ms
         # each); base64 of the little-endian uint64 MinHash values.
+        "signature_scheme": dedup.SCHEME,
         "signatures": {
             i: [
                 self._fingerprints[i],
@@ -638,7 +639,8 @@ class Archive:
 
     Entries keep their order; replay slots are reassigned (a changed capacity
     is fine: extra entries are evicted by the usual policy). Signatures come
-    from the state, or are recomputed from the code where it has none.
+    from the state, or are recomputed from the code where it has none or
+    saved them under another `dedup.SCHEME`.
 
     Args:
       memory_config: `config.memory`.
@@ -661,10 +663,14 @@ class Archive:
     }
     a._replay_fraction = float(d["replay_fraction"])
     a._replayed_now = (int(d["replayed_now"][0]), list(d["replayed_now"][1]))
+    # Signatures of another scheme (an older SPADE's) are recomputed.
+    signatures = {}
+    if d.get("signature_scheme") == dedup.SCHEME:
+      signatures = d.get("signatures", {})
     for raw in d["entries"]:
       e = Entry.from_dict(raw)
       a._entries[e.id] = e
-      saved = d.get("signatures", {}).get(e.id)
+      saved = signatures.get(e.id)
       if saved is not None:
         a._fingerprints[e.id] = saved[0]
         a._signatures[e.id] = np.frombuffer(

@@ -1,7 +1,12 @@
 """Near-duplicate signatures: renamed copies match, different games do not."""
 
+import base64
+
 import numpy as np
 
+from spade import config as config_lib
+from spade.designer import examples
+from spade.memory import archive as archive_lib
 from spade.memory import dedup
 
 import memory_programs as programs
@@ -51,7 +56,11 @@ def test_different_games_have_different_fingerprints_and_low_similarity():
   for i, sig in enumerate(sigs):
     sims = dedup.similarity(sig, sigs)
     assert sims[i] == 1.0
-    assert np.delete(sims, i).max() < 0.2
+    # The verbatim tokens share habits (`self.secret`, `rng`): two of these
+    # games meet at 0.34 there, far below the 0.85 of a near-duplicate.
+    assert np.delete(sims, i).max() < 0.4
+    renamed = (sigs[:, : dedup.NUM_PERM] == sig[None, : dedup.NUM_PERM]).mean(1)
+    assert np.delete(renamed, i).max() < 0.2
 
 
 def test_minhash_estimates_jaccard_of_token_shingles():
@@ -89,6 +98,52 @@ def test_diversity_of_identical_and_disjoint_programs():
   same = np.stack([dedup.minhash(programs.HANOI)] * 3)
   assert dedup.diversity(same) == 0.0
   different = np.stack([dedup.minhash(p) for p in programs.ALL])
-  assert dedup.diversity(different) > 0.9
+  assert dedup.diversity(different) > 0.85
   assert dedup.diversity(different[:1]) == 0.0
   assert dedup.diversity(list(programs.ALL)) == dedup.diversity(different)
+
+
+def test_a_copy_with_a_name_added_and_an_attribute_removed_stays_close():
+  # What Qwen2.5-Coder-0.5B made of the designer prompt's example
+  # (benchmarks/designer_validity.py): two more names imported at the top and
+  # one attribute assignment dropped. Numbering names over the whole program
+  # renumbered every later name and the similarity fell to 0.09.
+  example = examples.CORPUS_GAME
+  assert "import random\nimport re\n" in example
+  assert "        self.turn_count = 0\n" in example
+  copy = example.replace(
+      "import random\nimport re\n", "import random, re, math, time\n"
+  ).replace("        self.turn_count = 0\n", "")
+  sim = float(
+      dedup.similarity(dedup.minhash(copy), dedup.minhash(example)[None])[0]
+  )
+  assert sim >= 0.85, sim
+  # The renamed half alone misses it (every later name renumbered); the
+  # verbatim half keeps it.
+  renamed = dedup.minhash(copy)[: dedup.NUM_PERM]
+  assert (renamed == dedup.minhash(example)[: dedup.NUM_PERM]).mean() < 0.5
+
+
+def test_an_archive_state_of_another_signature_scheme_is_recomputed():
+  config = config_lib.base_config().memory
+  archive = archive_lib.Archive(config)
+  env_id, _ = archive.add(
+      examples.CORPUS_GAME, verdict={"valid": True}, iteration=0
+  )
+  state = archive.state_dict()
+  state["signature_scheme"] = "global-names-5"
+  for entry_id in state["signatures"]:
+    state["signatures"][entry_id][1] = base64.b64encode(
+        np.zeros(2 * dedup.NUM_PERM, "<u8").tobytes()
+    ).decode()
+  restored = archive_lib.Archive.from_state_dict(config, state)
+  copy = examples.CORPUS_GAME.replace("import re\n", "import re, math\n")
+  assert restored.add(copy, verdict={"valid": True}, iteration=1) == (
+      None,
+      env_id,
+  )
+  # The same state with its own scheme keeps the saved (zeroed) values,
+  # which match nothing: the check above did recompute them.
+  state["signature_scheme"] = dedup.SCHEME
+  kept = archive_lib.Archive.from_state_dict(config, state)
+  assert kept.add(copy, verdict={"valid": True}, iteration=1)[0] is not None
