@@ -179,16 +179,12 @@ def minhash(code: str) -> np.ndarray:
   )
 
 
-def _pair_similarity(signature: np.ndarray, others: np.ndarray) -> np.ndarray:
-  others = np.asarray(others).reshape(-1, 2, NUM_PERM)
-  equal = others == np.asarray(signature).reshape(1, 2, NUM_PERM)
-  return equal.mean(axis=2).max(axis=1)
-
-
 def similarity(signature: np.ndarray, others: np.ndarray) -> np.ndarray:
   """Estimated Jaccard similarity of one signature to each row of `others`:
   the higher of the renamed and the verbatim tokens' estimates."""
-  return _pair_similarity(signature, others)
+  others = np.asarray(others).reshape(-1, 2, NUM_PERM)
+  equal = others == np.asarray(signature).reshape(1, 2, NUM_PERM)
+  return equal.mean(axis=2).max(axis=1)
 
 
 class _Normaliser(ast.NodeTransformer):
@@ -255,8 +251,8 @@ def diversity(signatures) -> float:
   """One minus the mean pairwise estimated similarity of the programs.
 
   Args:
-    signatures: uint64[m, 2 * NUM_PERM] signatures (`minhash`), or a list of program
-      sources (their signatures are computed).
+    signatures: uint64[m, 2 * NUM_PERM] signatures (`minhash`), or a list
+      of program sources (their signatures are computed).
 
   Returns:
     A score in [0, 1]: 0 when all programs are the same, near 1 when no two
@@ -270,5 +266,5 @@ def diversity(signatures) -> float:
   sig = np.asarray(signatures)
   total = 0.0
   for i in range(m - 1):
-    total += float(_pair_similarity(sig[i], sig[i + 1 :]).sum())
+    total += float(similarity(sig[i], sig[i + 1 :]).sum())
   return 1.0 - total / (m * (m - 1) / 2)

@@ -253,3 +253,37 @@ def test_validity_benchmark_builds_the_loop_prompts():
   items = bench.designer_prompts_for(config, 2, seed=0, iteration=0)
   assert [d for _, _, d in items] == [None, None]
   assert "REFERENCE EXAMPLE — Trading Game" in items[0][0][1]["content"]
+
+
+def test_validity_benchmark_counts_copies_of_the_prompt_examples():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  from spade.designer import examples  # pylint: disable=g-import-not-at-top
+  from spade.environments import library  # pylint: disable=g-import-not-at-top
+
+  path = os.path.join(
+      os.path.dirname(__file__),
+      "..",
+      "..",
+      "benchmarks",
+      "designer_validity.py",
+  )
+  spec = importlib.util.spec_from_file_location("_designer_validity", path)
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  # The 0.5B model's edit of the corpus example: two names imported more,
+  # an attribute dropped, a class renamed.
+  copy = (
+      examples.CORPUS_GAME.replace(
+          "import random\nimport re\n", "import random, re, math, time\n"
+      )
+      .replace("        self.turn_count = 0\n", "")
+      .replace("VaultBinarySearchEnv", "DescriptiveInteractiveEnv")
+  )
+  seeds = [s.source for s in library.seed_programs()[:2]]
+  assert bench.novelty([copy, seeds[0], seeds[0], seeds[1]], 0.85) == (1, 2)
+  verdicts = [{"valid": True}, {"valid": False}, {"valid": True}]
+  assert bench.summary([copy, "x", seeds[0]], verdicts, 0.85) == (
+      "designs=3 valid=2 valid_frac=0.667 near_copies=1 distinct_valid=1"
+  )
