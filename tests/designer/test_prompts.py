@@ -1,5 +1,7 @@
 """Designer prompt families, their example programs, repairs and hints."""
 
+import importlib.util
+import os
 import re
 
 from ml_collections import ConfigDict
@@ -9,6 +11,7 @@ from spade import config as config_lib
 from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts
+from spade.environments import library
 
 
 class _Doc:
@@ -229,10 +232,8 @@ def test_example_programs_validate_in_the_sandbox():
     assert verdict["valid"], (family, verdict.get("reason"), verdict)
 
 
-def test_validity_benchmark_builds_the_loop_prompts():
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-
+def _validity_benchmark():
+  """benchmarks/designer_validity.py as a module."""
   path = os.path.join(
       os.path.dirname(__file__),
       "..",
@@ -243,6 +244,11 @@ def test_validity_benchmark_builds_the_loop_prompts():
   spec = importlib.util.spec_from_file_location("_designer_validity", path)
   bench = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(bench)
+  return bench
+
+
+def test_validity_benchmark_builds_the_loop_prompts():
+  bench = _validity_benchmark()
   config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
   items = bench.designer_prompts_for(config, 3, seed=0, iteration=0)
   assert len(items) == 3
@@ -256,22 +262,7 @@ def test_validity_benchmark_builds_the_loop_prompts():
 
 
 def test_validity_benchmark_counts_copies_of_the_prompt_examples():
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-
-  from spade.designer import examples  # pylint: disable=g-import-not-at-top
-  from spade.environments import library  # pylint: disable=g-import-not-at-top
-
-  path = os.path.join(
-      os.path.dirname(__file__),
-      "..",
-      "..",
-      "benchmarks",
-      "designer_validity.py",
-  )
-  spec = importlib.util.spec_from_file_location("_designer_validity", path)
-  bench = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(bench)
+  bench = _validity_benchmark()
   # The 0.5B model's edit of the corpus example: two names imported more,
   # an attribute dropped, a class renamed.
   copy = (
