@@ -49,16 +49,25 @@ def get_config(arg=None):
   c.designer.prompt_family = "multi_turn_game"
   c.designer.temperature = 0.6  # --spade-env-temperature
   c.designer.max_new_tokens = 16384  # --spade-env-max-tokens
-  c.designer.max_prompt_tokens = 8192
-  c.designer.max_attempts = 8  # generate_games_async(max_attempts=8)
+  # The prompt may take what the 32,768-token context leaves the reply.
+  c.designer.max_prompt_tokens = 32768 - 16384
+  c.designer.max_attempts = (
+      5  # spade_rollout: collect_trajectories(max_attempts=5)
+  )
+  c.designer.code_extraction = "reference"  # parsing.extract_game_code
   c.designer.invalid_designs = "drop"
   c.designer.hint_source = "writer"  # --spade-hint-mode self
   c.designer.hint_temperature = 0.3  # --spade-hint-temperature
   c.designer.hint_max_new_tokens = 4096  # --spade-hint-max-tokens
   c.designer.use_seed_programs = False
-  c.grounding.max_words = 4500  # --spade-corpus-max-doc-tokens 6000
-  # Agent: 16 plays per game, 16 hinted at regeneration, 25 turns.
-  c.agent.episodes_per_env = 16  # --spade-trajectories-per-game
+  c.grounding.max_words = 6000  # --spade-corpus-max-doc-tokens 6000 (words)
+  # Agent: ceil(192 / #valid) unhinted plays per game each rollout (the
+  # global batch, orchestrator.collect_trajectories); 16 hinted at
+  # regeneration; 25 turns. --spade-trajectories-per-game 16 only feeds the
+  # fixed evaluation; episodes_per_env is the fallback when
+  # plays_per_iteration is 0.
+  c.agent.plays_per_iteration = 192  # --global-batch-size 192
+  c.agent.episodes_per_env = 8  # 192 / 24
   c.agent.hint_episodes_per_env = 16  # --spade-hint-plays-per-game
   c.agent.max_turns = 25  # --spade-max-turns
   c.agent.max_new_tokens = 8192  # --spade-actor-max-tokens
@@ -66,10 +75,15 @@ def get_config(arg=None):
   c.agent.temperature = 0.6  # --spade-actor-temperature
   c.agent.return_rule = "final_if_terminated"  # utils/rewards.episode_reward
   c.agent.train_on_hinted = False
+  c.agent.action = "parse"  # utils/parsing.parse_action
+  c.agent.unfinished_reply = "end"  # no EOS: truncated, no step
+  c.agent.full_context = "end"  # < 64 tokens left: truncated
   c.sampling.top_p = 0.95  # actor_top_p / env_top_p
   c.sampling.top_k = 20  # actor_top_k / env_top_k
-  # Rewards: the blend designer reward, centred per skill; GRPO without std
-  # normalisation for the agent.
+  # Rewards: the blend designer reward (regret at matched timing, plateau
+  # over the window), centred per skill and weighted by min(192 / #designs x
+  # 4, 50); the agent's rewards z-scored per game
+  # (--spade-reward-normalization grpo).
   c.regret.estimator = "reference"  # --spade-env-reward-variant blend
   c.regret.regret_weight = 0.4
   c.regret.regret_scale = 0.15
@@ -77,8 +91,19 @@ def get_config(arg=None):
   c.regret.plateau_lo = 0.4
   c.regret.plateau_hi = 0.6
   c.regret.plateau_ramp = 0.25
-  c.regret.agent_advantage = "center"  # --disable-grpo-std-normalization
-  c.regret.designer_advantage = "center"
+  c.regret.timing = "matched"
+  c.regret.max_env_reward_scale = 50.0  # --spade-max-env-reward-scale
+  c.regret.agent_advantage = "normalize"  # trajectory_build, mode "grpo"
+  c.regret.advantage_eps = 1e-8
+  c.regret.designer_advantage = "center"  # _apply_centered_rewards
+  c.regret.lp_gamma_fast = 0.98  # --spade-gamma1
+  c.regret.lp_gamma_slow = 0.85  # --spade-gamma2
+  # Memory: a FIFO of 200, env_memory.py's retrieval.
+  c.memory.capacity = 200  # --spade-env-memory-max-size 200
+  c.memory.retrieval = "reference"
+  c.memory.code_chars = 2000
+  c.memory.num_examples = 2  # high_regret_seeds(n=2)
+  c.memory.num_negatives = 1  # low_quality_examples(n=1)
   # Optimizer: Adam, lr 1e-6 constant, weight decay 0.1, b2 0.98; clip
   # 0.2 / 0.28; no KL; one optimizer step per rollout; truncated IS.
   c.optim.learning_rate = 1e-6
@@ -104,6 +129,7 @@ def get_config(arg=None):
     c.designer.hint_max_new_tokens = 256
     c.grounding.max_words = 200
     c.memory.num_examples = 0
+    c.agent.plays_per_iteration = 4  # ceil(4 / #valid): 2 with 2 valid
     c.agent.episodes_per_env = 2
     c.agent.hint_episodes_per_env = 2
     c.agent.max_turns = 3

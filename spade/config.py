@@ -168,9 +168,17 @@ def base_config() -> ConfigDict:
   c.designer.hint_source = "writer"
   c.designer.max_prompt_tokens = 512
   # Samples per design before it counts as invalid: the reference draws an
-  # invalid design afresh from its prompt up to 8 times (max_attempts=8 in
-  # generate_games_async) and keeps the first valid one; 1: no retry.
-  c.designer.max_attempts = 8
+  # invalid design afresh from its prompt up to 5 times (the slime rollout
+  # passes max_attempts=5 to collect_trajectories, spade/slime/
+  # spade_rollout.py; generate_games_async's own default of 8 is unused
+  # there) and keeps the first valid one; 1: no retry.
+  c.designer.max_attempts = 5
+  # How the program is cut out of a designer sample
+  # (`spade.designer.extract.extract_code`): "reference" (the first
+  # ```python block, else the whole sample, then repair_fstring_braces,
+  # spade/core/utils/parsing.extract_game_code) or "longest_class" (ours:
+  # the longest fenced block that defines a class, no repair).
+  c.designer.code_extraction = "reference"
   # Designs still invalid after their attempts: "drop" (the reference: no
   # trajectory, out of the skill's centring) or "penalize" (ours: a row
   # with regret.invalid_penalty in its group, so the designer is pushed
@@ -239,9 +247,25 @@ def base_config() -> ConfigDict:
   # The reference plays hinted episodes only to score the environment; True
   # also trains the agent on them (ours before).
   c.agent.train_on_hinted = False
+  # What step() receives (`spade.agent.actions.step_action`): "parse" (the
+  # reference's parse_action: `\boxed{...}` of a game reply, the stripped
+  # reply otherwise) or "raw" (ours before: the whole reply).
+  c.agent.action = "parse"
+  # A reply that hit its token limit without a stop token: "end" (the
+  # reference, orchestrator._play_game_async: the episode ends, no step) or
+  # "step" (ours before: stepped as it is).
+  c.agent.unfinished_reply = "end"
+  # A next prompt that does not fit the context: "end" (the reference: the
+  # episode ends, truncated) or "drop_oldest" (ours before: the oldest
+  # exchanges are dropped to go on).
+  c.agent.full_context = "end"
+  # Unhinted plays per environment: > 0 plays ceil(this / #valid) on each
+  # (the reference: global batch 192 / the games played, orchestrator.
+  # collect_trajectories); 0 plays `episodes_per_env` each (small configs).
+  c.agent.plays_per_iteration = 0
 
   c.regret = ConfigDict()
-  # "hint" | "max" | "learnability" | "lcb" | "reference"
+  # "hint" | "max" | "learnability" | "lcb" | "reference" | "solve_rate"
   c.regret.estimator = "reference"  # the reference's blend reward
   c.regret.invalid_penalty = -1.0
   # "reference": regret_weight * clip(gap / regret_scale, 0, 1)
@@ -253,13 +277,33 @@ def base_config() -> ConfigDict:
   c.regret.plateau_hi = 0.6
   c.regret.plateau_ramp = 0.25
   c.regret.lcb_quantile = 0.1  # "lcb": quantile of the hint-gap posterior
-  c.regret.advantage_eps = 1e-6  # GRPO: (r - mean) / (std + eps)
+  # Window rewards (`spade.regret.delayed`): the blend's regret term from
+  # the regeneration step's unhinted plays only, "matched" (the reference,
+  # recompute_delayed_env_rewards_blend), or from the whole window's,
+  # "window" (ours before); the plateau always uses the whole window.
+  c.regret.timing = "matched"
+  # Designer rewards are multiplied by min(#actor rows / #design rows x
+  # regeneration interval, this) (utils/rewards.compute_env_reward_scale,
+  # --spade-max-env-reward-scale 50); 0 turns the weight off.
+  c.regret.max_env_reward_scale = 50.0
+  # learning_potential: fast/slow EMA weights on the new value
+  # (--spade-gamma1 0.98 / --spade-gamma2 0.85 in the games recipe).
+  c.regret.lp_gamma_fast = 0.98
+  c.regret.lp_gamma_slow = 0.85
+  c.regret.timeout_penalty = -0.5  # regret_based: a step() that timed out
+  # The reference's eps (trajectory_build.py, mode "grpo"): 1e-8.
+  c.regret.advantage_eps = 1e-8  # (r - mean) / (std + eps)
   c.regret.separate_arms = False  # agent baseline per (env, hinted) if True
-  # "center": r - group mean (the reference: GRPO with
-  # --disable-grpo-std-normalization, designer rewards centred per skill);
-  # "normalize": (r - mean) / (std + eps) (ours before: every advantage of
-  # a pair is +-1 whatever the size of the difference).
-  c.regret.agent_advantage = "center"
+  # Agent: "normalize" (the reference: each game's rewards z-scored,
+  # (r - mean) / (std + eps), `--spade-reward-normalization grpo` in
+  # cmd/games/train_spade_30b.sh, spade/core/utils/trajectory_build.py; the
+  # script's --disable-grpo-std-normalization acts on slime's own estimator,
+  # which sees one-sample groups there and is disabled by
+  # --disable-rewards-normalization); "center": r - mean only (ours: keeps
+  # the size of a difference instead of making every pair +-1).
+  c.regret.agent_advantage = "normalize"
+  # Designer: "center" (the reference: blend rewards centred per skill, no
+  # std, delayed_env_rewards._apply_centered_rewards); "normalize" (ours).
   c.regret.designer_advantage = "center"
 
   c.optim = ConfigDict()
@@ -319,7 +363,16 @@ def base_config() -> ConfigDict:
 
   c.memory = ConfigDict()
   c.memory.enabled = True
-  c.memory.capacity = 1000
+  # The reference keeps a FIFO of 200 (--spade-env-memory-max-size 200).
+  c.memory.capacity = 200
+  # Which examples a designer prompt shows: "reference" (spade/core/
+  # env_memory.py via `spade.memory.fifo`: 2 positives of the prompt's skill
+  # with win rate in [0.15, 0.85] drawn from the top max(3n, 10) by regret,
+  # code cut to `code_chars`, 1 negative of the skill by name) or
+  # "archive" (ours: top regret + document neighbour + latest invalid).
+  c.memory.retrieval = "reference"
+  c.memory.code_chars = 2000
+  c.memory.num_negatives = 1
   c.memory.duplicate_threshold = 0.85
   c.memory.num_examples = 2
   c.memory.replay_fraction = 0.0
@@ -402,7 +455,9 @@ _CHOICES = {
     "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf", "hf"),
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),
-    "regret.estimator": ("hint", "max", "learnability", "lcb", "reference"),
+    "regret.estimator": (
+        "hint", "max", "learnability", "lcb", "reference", "solve_rate",
+    ),  # fmt: skip
     "designer.prompt_family": (
         "single_turn_game",
         "multi_turn_game",
@@ -412,6 +467,12 @@ _CHOICES = {
     ),
     "designer.hint_source": ("writer", "program"),
     "regret.agent_advantage": ("center", "normalize"),
+    "regret.timing": ("matched", "window"),
+    "designer.code_extraction": ("reference", "longest_class"),
+    "agent.action": ("parse", "raw"),
+    "agent.unfinished_reply": ("end", "step"),
+    "agent.full_context": ("end", "drop_oldest"),
+    "memory.retrieval": ("reference", "archive"),
     "designer.invalid_designs": ("drop", "penalize"),
     "regret.designer_advantage": ("center", "normalize"),
     "agent.return_rule": ("final_if_terminated", "clipped_total"),

@@ -1,10 +1,15 @@
 """Group-normalised (GRPO-style) advantages for the two roles.
 
 An advantage is (r - mean_g) / (std_g + eps) over the members of r's group g,
-with the population standard deviation (ddof 0), or only r - mean_g with
-`normalize=False` (the reference's setting for both roles). A group with one member or
-with all-equal rewards carries no preference between its members, so its
-advantages are exactly 0 rather than noise amplified by a tiny std.
+with the population standard deviation (ddof 0) and eps 1e-8: the reference's
+agent advantages (`spade/core/utils/trajectory_build.py`, mode "grpo":
+`(r - np.mean) / (np.std + 1e-8)` per game). `normalize=False` only centres,
+r - mean_g: the reference's designer advantages (blend rewards centred per
+skill, `delayed_env_rewards._apply_centered_rewards`) and our option for the
+agent. A group with one member or with all-equal rewards carries no
+preference between its members, so its advantages are exactly 0 (the
+reference's too: r - mean is 0 there); ours also zeroes a group whose std is
+below 1e-6, float rounding that the reference would blow up to +-1.
 
 Groups:
 
@@ -47,7 +52,7 @@ def agent_advantages(
     returns: Array,
     mask: Array,
     *,
-    eps: float = 1e-6,
+    eps: float = 1e-8,
     separate_arms: bool = False,
     normalize: bool = True,
 ) -> Array:
@@ -58,8 +63,8 @@ def agent_advantages(
     mask: bool[E, K, 2], True where the episode exists.
     eps: added to the std.
     separate_arms: normalise each (environment, arm) on its own.
-    normalize: divide by the group's std (GRPO); False only centres (the
-      reference runs GRPO with `--disable-grpo-std-normalization`).
+    normalize: divide by the group's std (the reference: per-game z-score);
+      False only centres (ours, `config.regret.agent_advantage="center"`).
 
   Returns:
     f32[E, K, 2]; 0 at masked episodes and in singleton/constant groups.
@@ -85,7 +90,7 @@ def group_advantages(
     group_ids: Array,
     mask: Array,
     *,
-    eps: float = 1e-6,
+    eps: float = 1e-8,
     normalize: bool = True,
 ) -> Array:
   """Normalised advantages within groups given by integer ids.

@@ -11,7 +11,8 @@ design_valid, design_group) -> dict` of
                                normalised by the group's std (GRPO); designs
                                still invalid after their attempts are left
                                out (the reference) or kept with the penalty
-  agent_advantages     f32[E, K, 2]  per environment; with
+  agent_advantages     f32[E, K, 2]  per environment, z-scored (the
+                               reference) or centred (ours); with
                                `agent.train_on_hinted=False` (the reference:
                                hinted plays only score the environment) only
                                the unhinted arm, baselined on itself
