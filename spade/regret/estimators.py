@@ -235,6 +235,16 @@ register_estimator("learnability")(lambda s: learnability)
 register_estimator("lcb")(
     lambda s: functools.partial(beta_lcb_regret, quantile=s["lcb_quantile"])
 )
+# The reference's `REWARD_VARIANT=solve_rate` (cmd/games/train_spade_30b.sh):
+# the blend with plateau weight 1 and regret weight 0, the plateau alone.
+register_estimator("solve_rate")(
+    lambda s: lambda returns, mask: plateau(
+        win_rate(returns, mask),
+        s["plateau_lo"],
+        s["plateau_hi"],
+        s["plateau_ramp"],
+    )
+)
 register_estimator("reference")(
     lambda s: functools.partial(
         reference_reward,

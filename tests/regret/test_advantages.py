@@ -8,14 +8,14 @@ from spade.regret import scoring
 
 
 def _scores(config, returns):
-  mask = np.ones_like(returns, bool)
+  e = returns.shape[0]
   return scoring.make_scorer(config)(
       returns,
-      mask,
-      np.ones((returns.shape[0],), bool),
-      np.array([0], np.int32),
-      np.array([True]),
-      np.array([0], np.int32),
+      np.ones_like(returns, bool),
+      np.ones((e,), bool),
+      np.arange(e, dtype=np.int32),  # env i is design i
+      np.ones((e,), bool),
+      np.zeros((e,), np.int32),
   )
 
 
