@@ -1,26 +1,75 @@
 """Code extraction from designer samples."""
 
+import pytest
+
 from spade.designer import extract
 from spade.designer import prompts
 
 
-def test_prefers_block_with_class():
+def test_longest_class_prefers_block_with_class():
   sample = (
       "Here is the env:\n```python\nimport re\nclass FooEnv:\n  pass\n```\n"
       "Usage:\n```python\nenv = FooEnv()\nenv.reset(seed=1)\nprint(env)\n```"
   )
-  assert extract.extract_code(sample) == "import re\nclass FooEnv:\n  pass\n"
-
-
-def test_unterminated_fence_and_bare_code():
-  assert extract.extract_code("```python\nclass AEnv:\n  x = 1") == (
-      "class AEnv:\n  x = 1\n"
+  assert extract.extract_code(sample, "longest_class") == (
+      "import re\nclass FooEnv:\n  pass\n"
   )
-  assert extract.extract_code("Sure!\nimport math\nclass BEnv: pass\n") == (
+
+
+def test_longest_class_unterminated_fence_and_bare_code():
+  def ours(sample):
+    return extract.extract_code(sample, "longest_class")
+
+  assert ours("```python\nclass AEnv:\n  x = 1") == "class AEnv:\n  x = 1\n"
+  assert ours("Sure!\nimport math\nclass BEnv: pass\n") == (
       "import math\nclass BEnv: pass\n"
   )
   # No code at all: returned as is so the validator reports why.
+  assert ours("no code here") == "no code here"
+
+
+def test_reference_takes_the_first_python_block():
+  sample = (
+      "Usage first:\n```python\nenv = FooEnv()\n```\nThen the env:\n"
+      "```python\nclass FooEnv:\n  pass\n```"
+  )
+  # parsing.extract_game_code: the first ```python block, whatever it holds.
+  assert extract.extract_code(sample) == "env = FooEnv()"
+  # A ```py fence or no fence at all: the whole sample (then repaired).
+  assert extract.extract_code("```py\nx = 1\n```") == "```py\nx = 1\n```"
   assert extract.extract_code("no code here") == "no code here"
+  # An unterminated block is not a block: the whole sample comes back.
+  assert extract.extract_code("```python\nclass AEnv:\n  x = 1") == (
+      "```python\nclass AEnv:\n  x = 1"
+  )
+
+
+def test_reference_repairs_fstring_braces():
+  code = (
+      "class GuessEnv:\n"
+      "  def reset(self, seed=None):\n"
+      "    return f'Answer as {your guess} in \\\\boxed{}, {seed}', {}\n"
+  )
+  sample = "Here:\n```python\n" + code + "```\nDone."
+  got = extract.extract_code(sample)
+  # Every {...} on the failing line whose inside is not an expression is
+  # doubled, even the empty dict outside the f-string (the reference's rule
+  # works on the line, not the string); {seed} stays. The fence's last
+  # newline belongs to the fence.
+  assert got == (
+      "class GuessEnv:\n"
+      "  def reset(self, seed=None):\n"
+      "    return f'Answer as {{your guess}} in \\\\boxed{{}}, {seed}', {{}}"
+  )
+  compile(got, "<env>", "exec")
+  # Code that parses is left alone; code the repair cannot fix comes back.
+  assert extract.repair_fstring_braces("x = {1: 2}\n") == "x = {1: 2}\n"
+  assert extract.repair_fstring_braces("def f(:\n") == "def f(:\n"
+
+
+def test_unknown_rule_names_the_key():
+  with pytest.raises(ValueError, match="designer.code_extraction"):
+    extract.extract_code("x", "longest")
 
 
 def test_clean_hint_keeps_first_paragraph():
