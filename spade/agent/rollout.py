@@ -21,6 +21,7 @@ import functools
 import time
 from typing import Any, Callable, Protocol, Sequence
 
+from spade.agent import actions as actions_lib
 from spade.agent import episodes as episodes_lib
 from spade.agent import prompts as prompts_lib
 
@@ -281,6 +282,21 @@ class _Live:
     )
 
 
+def unhinted_plays(
+    num_valid: int, plays_per_iteration: int, episodes_per_env: int
+) -> int:
+  """Unhinted plays of each valid environment this iteration.
+
+  The reference plays `ceil(global_batch_size / #games)` per game
+  (`orchestrator.collect_trajectories`: 192 / 24 = 8), so a pool with fewer
+  valid games plays each more; `plays_per_iteration = 0` plays
+  `episodes_per_env` each (`config.agent`).
+  """
+  if plays_per_iteration <= 0 or num_valid <= 0:
+    return episodes_per_env
+  return -(-plays_per_iteration // num_valid)
+
+
 def num_groups(episodes: int, rows_per_call: int, overlap: bool) -> int:
   """How many groups (one sampler call each per turn) `run_episodes` plays
   `episodes` in: two with `overlap` (one samples while the other's sandbox
@@ -311,6 +327,9 @@ def run_episodes(
     stop_ids: Sequence[int] = (),
     rows_per_call: int = 0,
     prompt_style: str = "reference",
+    action_rule: str = "parse",
+    unfinished_reply: str = "end",
+    full_context: str = "end",
 ) -> tuple[list[episodes_lib.Episode], RolloutStats]:
   """Plays all episodes to the end (termination, truncation or `max_turns`).
 
@@ -322,6 +341,15 @@ def run_episodes(
   A `step()` that raises ends the episode with reward -1 (the reference's
   outcome); a crash, timeout or lost sandbox marks the episode
   `env_failed`, and it is masked out of scoring and the update.
+
+  The reference's episode rules (`spade/core/orchestrator.py`,
+  `_play_game_async`) by default: `step()` receives `actions.step_action`
+  of the reply (`\\boxed{...}` for a game); a reply that ends without a
+  stop id (it hit its token limit) ends the episode, truncated, with no
+  step; a later turn whose prompt no longer fits `max_context` ends the
+  episode, truncated (the reference stops with under 64 tokens left). The
+  first prompt is still shortened to fit (`prompts.truncate_messages`):
+  validation refuses what no context can show.
 
   Args:
     specs: the episodes to play.
@@ -350,11 +378,29 @@ def run_episodes(
       more episodes are split into more groups (`num_groups`), each sampled
       in its own call, so a call's KV cache stays within the accelerator's
       memory (`python -m spade.compile` checks it).
+    prompt_style: `config.agent.prompt_style`.
+    action_rule: `config.agent.action`: "parse" (the reference) or "raw".
+    unfinished_reply: `config.agent.unfinished_reply`: "end" (the
+      reference: a reply whose last token is not in `stop_ids` ends the
+      episode without a step) or "step" (ours before). With no `stop_ids`
+      (a sampler that cannot say) every reply counts as finished.
+    full_context: `config.agent.full_context`: "end" (the reference) or
+      "drop_oldest" (ours before: `prompts.truncate_messages` drops the
+      oldest exchanges and the episode goes on).
 
   Returns:
     The frozen episodes (same order as specs) and the time spent.
   """
   from spade.environments import tool_calls  # pylint: disable=g-import-not-at-top
+
+  for name, value, allowed in (
+      ("action", action_rule, actions_lib.RULES),
+      ("unfinished_reply", unfinished_reply, ("end", "step")),
+      ("full_context", full_context, ("end", "drop_oldest")),
+  ):
+    if value not in allowed:
+      raise ValueError(f"config.agent.{name}={value!r} is not one of {allowed}")
+  stops = frozenset(int(t) for t in stop_ids)
 
   live = [_Live(spec=s) for s in specs]
   stats = RolloutStats()
@@ -390,7 +436,8 @@ def run_episodes(
     )
 
   def prompt_for(ep):
-    """The prompt ids of ep's next reply and whether they extend ep.seq."""
+    """The prompt ids of ep's next reply and whether they extend ep.seq;
+    None when a later prompt no longer fits and `full_context` is "end"."""
     messages = messages_of(ep, ep.turns)
     if extend is not None and not ep.turns:
       ids = prompts_lib.truncate_messages(messages, render, max_context)
@@ -402,14 +449,28 @@ def run_episodes(
       return ids, ep.exact
     if ep.exact and len(ep.seq) <= max_context:
       return list(ep.seq), True
+    if full_context == "end" and ep.turns:
+      ids = render(messages)
+      if len(ids) > max_context:
+        return None
+      ep.exact = False
+      return ids, False
     ep.exact = False
     return prompts_lib.truncate_messages(messages, render, max_context), False
 
   def sample(ids, turn, group):
-    prompts = []
+    """Samples the next reply of each episode in ids that still fits."""
+    prompts, kept = [], []
     for i in ids:
-      ids_i, in_seq = prompt_for(live[i])
-      prompts.append((ids_i, in_seq))
+      prompt = prompt_for(live[i])
+      if prompt is None:
+        live[i].done, live[i].truncated = True, True
+        continue
+      prompts.append(prompt)
+      kept.append(i)
+    ids[:] = kept
+    if not ids:
+      return prompts, []
     start = time.perf_counter()
     outs = sampler(
         [p for p, _ in prompts], seed * 1000 + k * turn + group, keys=list(ids)
@@ -429,21 +490,36 @@ def run_episodes(
       return None
     return [call for _, call in actions]
 
+  def finished(tok):
+    """The reply ended on a stop id (the reference: on EOS)."""
+    return not stops or (bool(tok) and int(tok[-1]) in stops)
+
   def execute(ids, outs):
     start = time.perf_counter()
-    plans = [plan(i, o[2]) for i, o in zip(ids, outs)]
-    stepped = [(i, o[2]) for i, o, p in zip(ids, outs, plans) if p is None]
+    plans = [
+        "cut"
+        if unfinished_reply == "end" and not finished(o[0])
+        else plan(i, o[2])
+        for i, o in zip(ids, outs)
+    ]
+    stepped = [
+        (i, actions_lib.step_action(o[2], live[i].tools, action_rule))
+        for i, o, p in zip(ids, outs, plans)
+        if p is None
+    ]
     calls = [
         (i, "execute_tool", [c["name"], c["arguments"]])
         for i, p in zip(ids, plans)
-        if p is not None
+        if p is not None and p != "cut"
         for c in p
     ]
     step_results = iter(executor.step(stepped) if stepped else [])
     call_results = iter(executor.call(calls) if calls else [])
     results = []
     for p in plans:
-      if p is None:
+      if p == "cut":
+        results.append(("cut", None))
+      elif p is None:
         results.append(("step", next(step_results)))
       else:
         results.append(("tools", [next(call_results) for _ in p]))
@@ -474,6 +550,11 @@ def run_episodes(
         turn = functools.partial(
             episodes_lib.Turn, tuple(prompt), tuple(tok), tuple(lp), text
         )
+      if kind == "cut":
+        # No EOS: the reply is kept (and trained on) but never stepped.
+        ep.turns.append(turn(0.0, ""))
+        ep.done, ep.truncated = True, True
+        continue
       if kind == "tools":
         outputs = []
         for r in res:
@@ -548,7 +629,8 @@ def run_episodes(
         ids = [i for i in members if not live[i].done]
         if ids and turn < max_turns:
           prompts, outs = sample(ids, turn, g)
-          pending[g] = (ids, prompts, outs, worker.submit(execute, ids, outs))
+          if ids:
+            pending[g] = (ids, prompts, outs, worker.submit(execute, ids, outs))
       if progress is not None and turn < max_turns:
         progress(
             f"turn {turn + 1}/{max_turns}: "
