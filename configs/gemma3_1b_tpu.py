@@ -31,8 +31,8 @@ from spade.model import transformer
 
 # Parameter sharding per size: (fsdp, tensor). fsdp grows with the model so
 # float32 params + Adam moments (16 bytes/param) stay a few GB per chip;
-# tensor parallelism starts at 12B, where one layer's MLP no longer fits the
-# per-chip budget comfortably. Smallest slice: fsdp * tensor chips.
+# tensor parallelism starts at 12B, where one layer's MLP is too large for
+# the per-chip budget to hold comfortably. Smallest slice: fsdp * tensor chips.
 MESH = {"1b": (4, 1), "4b": (8, 1), "12b": (16, 4), "27b": (16, 8)}
 
 

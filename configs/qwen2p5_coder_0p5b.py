@@ -31,7 +31,7 @@ EASY_POOL = os.path.join(
 
 def get_config(arg=None):
   """Returns the Qwen2.5-Coder 0.5B config; `arg="runlocal"`: short CPU run;
-  `arg="agent_curve"`: the agent alone on three easy games (README's curve)."""
+  `arg="agent_curve"`: the agent alone on three easy games (docs/results.md)."""
   if arg not in (None, "", "runlocal", "agent_curve"):
     raise ValueError(
         f"configs/qwen2p5_coder_0p5b.py has no variant {arg!r} "
@@ -87,7 +87,7 @@ def get_config(arg=None):
     # group with regret.invalid_penalty, so a group of one valid and one
     # invalid design gives the designer a gradient even when every agent
     # return is equal (with "drop" the valid design is alone in its group
-    # and its advantage is 0, as the first measurement of this run showed).
+    # and its advantage is 0).
     c.designer.invalid_designs = "penalize"
     # One iteration: the designer's window closes in it (the reference
     # regenerates every 4), so its rewards and rows come in this run.
@@ -96,14 +96,15 @@ def get_config(arg=None):
     # instead of full fine-tuning, so the update holds 2.9 GiB of weights
     # and a few MiB of factors and Adam state, not 8.6 GiB of weights and
     # Adam moments (`benchmarks/train_step.py --memory`: 6.4 GiB peak at
-    # 2 x 2048 tokens per role); this run peaked at 7.8 GiB (16.9 without,
-    # fifth session). The adapters act inside the model, so no kernel's
-    # gradient is formed (a step ~40% faster, benchmarks/README.md).
+    # 2 x 2048 tokens per role); the whole run peaks at 7.6 GiB
+    # (docs/results.md). The adapters act inside the model, so no kernel's
+    # gradient is formed.
     c.optim.lora_rank = 32
     # Each layer already keeps only its input (`model.remat`), so the
     # micro-batch scan keeps its residuals (~0.27 GiB per 3,100-token row)
-    # instead of recomputing the whole forward: 20% less update time
-    # (benchmarks/README.md, seventh session).
+    # instead of recomputing the whole forward: a step of 9.0-9.4 s against
+    # 10.9 s with the recomputation (benchmarks/README.md, "The update
+    # step").
     c.optim.microbatch_remat = False
     c.grounding.max_words = 60
     c.memory.num_examples = 0
@@ -116,9 +117,9 @@ def get_config(arg=None):
   elif arg == "agent_curve":
     # The agent alone (fixed pool, no designer) on three easy games it wins
     # some of the time, so its groups carry a signal: the seed library's
-    # games are beyond it (ninth session: 0 wins in 96 episodes of 8 seed
-    # games, README "Learning checks"). Every game every iteration, 4
-    # episodes per arm, the reference's actor prompt.
+    # games are beyond it (0 wins in 96 episodes of 8 seed games;
+    # docs/results.md, "The real model's agent curve"). Every game every
+    # iteration, 4 episodes per arm, the reference's actor prompt.
     c.num_iterations = 12
     c.train.mode = "fixed_pool"
     c.train.pool_dir = EASY_POOL

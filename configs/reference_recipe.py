@@ -4,8 +4,8 @@
 `spade/core/types.py` where the script sets nothing) trains
 Qwen3-30B-A3B-Instruct; any supported model stands in here (default:
 Qwen2.5-Coder-0.5B-Instruct from its GGUF, the one reachable on a CPU). The
-README's table "The reference recipe" lists every knob with the reference's
-value and ours. Run:
+table in docs/recipe.md lists every knob with the reference's value and
+ours. Run:
 
   python -m spade.main --config=configs/reference_recipe.py \
       --workdir=/tmp/reference_recipe
