@@ -22,6 +22,8 @@ CORE = [
     "math-verify>=0.9,<0.10",
     # The Qwen2 pre-tokenizer regex needs \p{L}/\p{N} classes.
     "regex>=2023",
+    # The run's summary plots (WORKDIR/plots/*.png).
+    "matplotlib>=3.8,<4",
 ]
 
 EXTRAS = {
@@ -57,7 +59,6 @@ EXTRAS = {
         "nbclient>=0.10,<0.11",
         "nbformat>=5.10,<6",
         "ipykernel>=6.29,<8",
-        "matplotlib>=3.8,<4",
         # Renders the Qwen GGUF's own chat template in a tokenizer test.
         "jinja2>=3.1,<4",
         # Writes the Hugging Face test directories (reading needs no package).

@@ -14,10 +14,10 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
 
 from spade import config as config_lib
+from spade import console
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/tiny.py or configs/tiny.py:smoke"
@@ -35,6 +35,12 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 )
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", None, "This process's index in a multi-host run."
+)
+_VERBOSE = flags.DEFINE_bool(
+    "verbose",
+    False,
+    "Also print the libraries' INFO lines (absl, orbax, jax) and SPADE's"
+    " detailed log; off, the console shows SPADE's progress lines only.",
 )
 
 
@@ -77,6 +83,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   config = load_config()
+  console.quiet(verbose=_VERBOSE.value)
   if _COORDINATOR.value is not None or _NUM_PROCESSES.value is not None:
     import jax  # pylint: disable=g-import-not-at-top
 
@@ -88,7 +95,7 @@ def main(argv: list[str]) -> None:
   # Heavy imports only after the config is known to be good.
   from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
 
-  logging.info("SPADE workdir %s", _WORKDIR.value)
+  console.say("workdir %s", _WORKDIR.value)
   loop.train_and_evaluate(config, _WORKDIR.value)
 
 

@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade import console
 from spade import config as config_lib
 from spade.model import sharding
 from spade.sampling import shapes
@@ -220,6 +221,13 @@ def _carried(old, new, rows: Array, slots: Array, row_axes, slot_axes):
   return jax.tree.map(put, old, new, row_axes, slot_axes)
 
 
+def _report(generated, live, rows) -> None:
+  """The decode loop's progress callback (`Sampler.report_every`)."""
+  ticker = console.current_ticker()
+  if ticker is not None:
+    ticker.update(int(generated), live=int(live), rows=int(rows))
+
+
 def bucket(n: int, minimum: int = 8) -> int:
   """The smallest power of two >= max(n, minimum): bounds recompiles."""
   return shapes.bucket(n, minimum=minimum)
@@ -325,6 +333,9 @@ class Sampler:
     prefill_chunk: prompt columns written per prefill step (0 = all at
       once): memory for attention scores grows with it, not with the prompt
       (32 designer prompts of 2,688 tokens at once asked for 30 GB).
+    report_every: every this many decode steps, the loop sends (tokens so
+      far, live rows, rows) to the host's `spade.console.current_ticker()`
+      (a live progress line inside a long call); 0 compiles no callback.
   """
 
   tokens_to_logits: Callable[..., tuple[Array, Any]]
@@ -338,6 +349,7 @@ class Sampler:
   mesh: Any = None
   rules: tuple[Any, ...] = ()
   prefill_chunk: int = 512
+  report_every: int = 0
 
   @functools.cached_property
   def _compiled(self):
@@ -763,6 +775,14 @@ class Sampler:
       tokens, logprobs, lengths, done, hit = record(
           (tokens, logprobs, lengths, done), step, tok, logp
       )
+      if self.report_every:
+        jax.lax.cond(
+            step % self.report_every == 0,
+            lambda: jax.debug.callback(
+                _report, jnp.sum(lengths), jnp.sum(~done), b
+            ),
+            lambda: None,
+        )
       return step + 1, tokens, logprobs, lengths, done, finished | hit, cache
 
     carry = (jnp.int32(1), *state, finished, cache)

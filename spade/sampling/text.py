@@ -30,12 +30,15 @@ prompt ids the model saw, and `finished` (a stop token was emitted).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Protocol, Sequence
 
 import jax
 import numpy as np
 
+from spade import console
+from spade.model import architecture
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sampling import shapes
@@ -124,6 +127,8 @@ class TextGenerator:
     rules: logical axis rules (`config.mesh.rules`).
     prefill_chunk: prompt columns per prefill step (`sampling.prefill_chunk`;
       0: the whole prompt at once).
+    report_every: decode steps between a call's progress reports (a live
+      line when `sample` is given `progress`); 0 compiles no callback.
   """
 
   def __init__(
@@ -134,9 +139,11 @@ class TextGenerator:
       mesh: Any = None,
       rules: Sequence[Any] = (),
       prefill_chunk: int = 512,
+      report_every: int = 16,
   ):
-    self.model_config = transformer.ModelConfig.from_config(model_config)
+    self.model_config = architecture.ModelConfig.from_config(model_config)
     self.prefill_chunk = int(prefill_chunk)
+    self.report_every = int(report_every)
     self.tokenizer = tokenizer
     self.mesh = mesh
     self.rules = tuple(
@@ -170,6 +177,7 @@ class TextGenerator:
         id(self.mesh),
         self.rules,
         self.prefill_chunk,
+        self.report_every,
     )
     if key not in _SAMPLERS:
       _SAMPLERS[key] = sampler_lib.Sampler(
@@ -179,6 +187,7 @@ class TextGenerator:
           mesh=self.mesh,
           rules=self.rules,
           prefill_chunk=self.prefill_chunk,
+          report_every=self.report_every,
       )
     return _SAMPLERS[key]
 
@@ -197,6 +206,7 @@ class TextGenerator:
       min_length: int = 8,
       session: Session | None = None,
       keys: Sequence[Any] | None = None,
+      progress: str | None = None,
   ) -> list[Completion]:
     """One completion per token prompt (see the module docstring).
 
@@ -216,6 +226,9 @@ class TextGenerator:
         earlier call kept there (`Session`); models with sliding windows
         prefill every prompt whole.
       keys: with `session`, one hashable per prompt naming its row.
+      progress: a name for the call ("designer sampling"): its first
+        compilation per shape is announced, a live line reports tokens/s,
+        rows and an ETA every ~10 s, and a closing line the totals.
 
     Raises:
       ValueError: a prompt does not leave room for `max_new_tokens`.
@@ -263,18 +276,29 @@ class TextGenerator:
           self.tokens_carried += carried
         else:
           carry = None
-    out = sampler(
-        params,
-        tokens,
-        lengths,
-        max_new_tokens=max_new_tokens,
-        rng=rng,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        carry=carry,
-        keep_cache=keep,
-    )
+    ticker = None
+    if progress:
+      console.first_compile(
+          f"the {role.name.lower()} sampler",
+          (batch, tokens.shape[1]),
+          f"{max_new_tokens} new tokens, once per shape",
+      )
+      ticker = console.Ticker(progress, total=batch * max_new_tokens)
+    with console.ticking(ticker) if ticker else contextlib.nullcontext():
+      out = sampler(
+          params,
+          tokens,
+          lengths,
+          max_new_tokens=max_new_tokens,
+          rng=rng,
+          temperature=temperature,
+          top_k=top_k,
+          top_p=top_p,
+          carry=carry,
+          keep_cache=keep,
+      )
+    if ticker is not None:
+      ticker.close(int(np.sum(out.lengths[:n])), f", {n} rows")
     self.prefill_tokens += batch * (out.shared_prefix + out.prefill_length)
     self.prefill_tokens_saved += out.prefill_tokens_saved
     if carry is not None:

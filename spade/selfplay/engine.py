@@ -26,8 +26,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from spade import console
 from spade.agent import prompts as agent_prompts
 from spade.environments import library
+from spade.model import loading
 from spade.model import checkpoints as model_checkpoints
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
@@ -60,7 +62,7 @@ class Engine:
       )
     else:
       # Each tensor placed in its shards as it is read.
-      params = model_checkpoints.initial_params(
+      params = loading.initial_params(
           config, rng, self.mesh, self.rules
       )
     self.optimizer = state_lib.make_optimizer(config.optim)
@@ -126,6 +128,7 @@ class Engine:
       seed: int,
       session: text.Session | None = None,
       keys: Sequence[Any] | None = None,
+      progress: str | None = None,
   ) -> list[tuple[list[int], list[float], str]]:
     """Samples a completion for every prompt (same result on every process).
 
@@ -133,13 +136,13 @@ class Engine:
     must already fit `model.max_len - max_new_tokens` (the callers cut them
     with `prompt_budget`'s rule); one that does not is an error, never cut
     here, so the trainer later scores a completion in exactly its sampled
-    context.
+    context. `progress` names the call for its live line (`TextGenerator`).
     """
     c = self.config
     out = self.generator.sample(
         self.state.params,
         prompts,
-        role=_ROLES[role],
+        role=transformer.Role.of(role),
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         rng=jax.random.PRNGKey(seed),
@@ -147,6 +150,7 @@ class Engine:
         top_p=c.sampling.top_p,
         session=session,
         keys=keys,
+        progress=progress,
     )
     return [(o.token_ids, o.logprobs, o.text) for o in out]
 
@@ -172,7 +176,12 @@ class Engine:
     raise ValueError(f"unknown role {role!r}; 'agent' or 'designer'")
 
   def agent_sampler(
-      self, *, max_new_tokens: int, temperature: float, groups: int = 2
+      self,
+      *,
+      max_new_tokens: int,
+      temperature: float,
+      groups: int = 2,
+      progress: str | None = None,
   ):
     """The rollout engine's `TokenSampler` for the agent head: each turn of
     an episode (its key) continues the cache of its last turn
@@ -191,6 +200,7 @@ class Engine:
           seed=seed,
           session=session if keys is not None else None,
           keys=keys,
+          progress=progress,
       )
 
     return sample
@@ -225,8 +235,17 @@ class Engine:
         "agent": self._batch(agent_rows),
         "designer": self._batch(designer_rows),
     }
-    self.state, metrics = self.update_step(self.state, self._global(batch))
-    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+    shape = tuple(b["tokens"].shape[0] for b in batch.values())
+    first = console.first_compile(
+        "the update",
+        shape + (self.config.model.max_len,),
+        "agent rows x designer rows x length, once per shape",
+    )
+    what = "compiling and running the update" if first else "update"
+    with console.heartbeat(what):
+      self.state, metrics = self.update_step(self.state, self._global(batch))
+      metrics = jax.device_get(metrics)
+    return {k: float(v) for k, v in metrics.items()}
 
   def warm_start(self, seeds: Sequence[Any], steps: int) -> None:
     """Supervised stage: designer learns prompt -> program, agent solutions."""
@@ -280,6 +299,7 @@ class Engine:
       )
     rng = np.random.default_rng(c.seed)
     size = c.train.warm_start_batch
+    ticker = console.Ticker("warm start", total=steps, unit="steps")
     for step in range(steps):
       pick = (
           lambda rows: [rows[i] for i in rng.choice(len(rows), size)]
@@ -291,6 +311,7 @@ class Engine:
           "designer": self._batch(pick(designer_rows)),
       }
       self.state, metrics = self._sft_step(self.state, self._global(batch))
-      logging.info(
-          "warm start %d/%d: %s", step + 1, steps, jax.device_get(metrics)
-      )
+      metrics = jax.device_get(metrics)
+      logging.info("warm start %d/%d: %s", step + 1, steps, metrics)
+      ticker.update(step + 1)
+    ticker.close(steps)

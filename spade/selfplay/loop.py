@@ -45,6 +45,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
+from spade import console
 from spade.agent import prompts as rollout_prompts
 from spade.agent import rollout
 from spade.designer import extract
@@ -58,6 +59,7 @@ from spade.selfplay import engine as engine_lib
 from spade.selfplay import executor as executor_lib
 from spade.selfplay import metrics as metrics_lib
 from spade.selfplay import records
+from spade.selfplay import report
 from spade.train import checkpoints
 
 PROGRAMS_DIR = "programs"
@@ -67,8 +69,7 @@ EPISODES_FILE = "episodes.jsonl"
 
 def _log(fmt: str, *args) -> None:
   """A progress line on process 0 (the phases can take minutes on a CPU)."""
-  if jax.process_index() == 0:
-    logging.info(fmt, *args)
+  console.say(fmt, *args)
 
 
 def _seed_for(*parts: Any) -> int:
@@ -111,6 +112,8 @@ class Trainer:
     ]
     self._pool_programs = None
     self._warned_prompt_cut = False
+    # This iteration's designs, for the run's summary (`report`).
+    self.designed: list[records.Design] = []
 
   # -- phases ---------------------------------------------------------------
 
@@ -168,24 +171,27 @@ class Trainer:
           max_new_tokens=c.designer.max_new_tokens,
           temperature=c.designer.temperature,
           seed=_seed_for(c.seed, it, "designer", attempt),
+          progress=f"iteration {it + 1}: designer sampling",
       )
       seconds = time.perf_counter() - t
       timer["sampling"] += seconds
       tokens = sum(len(ids) for ids, _, _ in outs)
-      _log(
-          "iteration %d: sampled %d designer tokens in %.1fs (%.1f tok/s);"
-          " validating in the sandbox (attempt %d)",
+      logging.info(
+          "iteration %d: sampled %d designer tokens in %.1fs (attempt %d)",
           it + 1,
           tokens,
           seconds,
-          tokens / max(seconds, 1e-9),
           attempt + 1,
       )
       new_codes = [extract.extract_code(text) for _, _, text in outs]
       t = time.perf_counter()
-      new_verdicts = [
-          records.Verdict.from_dict(v) for v in self.envs.validate(new_codes)
-      ]
+      with console.heartbeat(
+          f"iteration {it + 1}: validating {len(new_codes)} programs in the"
+          f" sandbox (attempt {attempt + 1})"
+      ):
+        new_verdicts = [
+            records.Verdict.from_dict(v) for v in self.envs.validate(new_codes)
+        ]
       timer["sandbox"] += time.perf_counter() - t
       for i, out, code, verdict in zip(todo, outs, new_codes, new_verdicts):
         samples[i], codes[i], verdicts[i] = out, code, verdict
@@ -273,6 +279,7 @@ class Trainer:
         max_new_tokens=max_new,
         temperature=c.designer.hint_temperature,
         seed=_seed_for(c.seed, it, "hint"),
+        progress=f"iteration {it + 1}: hint writer",
     )
     timer["sampling"] += time.perf_counter() - t
     out = list(verdicts)
@@ -473,6 +480,7 @@ class Trainer:
             max_new_tokens=c.agent.max_new_tokens,
             temperature=c.agent.temperature,
             groups=rollout.num_groups(len(specs), rows_per_call, True),
+            progress=f"iteration {it + 1}: agent sampling",
         ),
         self.envs.episodes(),
         self.engine.render,
@@ -688,6 +696,7 @@ class Trainer:
     update_metrics["update/agent_rows"] = float(len(agent_rows))
     update_metrics["update/designer_rows"] = float(len(due))
     self._save_programs(it, designs, envs, scores, window_scores, episodes)
+    self.designed = designs
 
     reasons: dict[str, int] = {}
     for d in designs:
@@ -775,7 +784,7 @@ class Trainer:
   ):
     if not self.config.train.save_programs or jax.process_index() != 0:
       return
-    folder = os.path.join(self.workdir, PROGRAMS_DIR, f"iter_{it:06d}")
+    folder = self._programs_folder(it)
     os.makedirs(folder, exist_ok=True)
     if self.config.train.save_episodes:
       rule = self.config.agent.return_rule
@@ -844,6 +853,7 @@ class Trainer:
           regret=f"{m['regret/mean']:.3f}",
           ret=f"{m['agent/return_nohint']:.2f}/{m['agent/return_hint']:.2f}",
       )
+      self._report(it, m)
       logging.info(
           "iteration %d: sampling %.1fs sandbox %.1fs (%.1fs hidden) update"
           " %.1fs; valid %.2f regret %.3f return %.2f/%.2f; %d/%d rows with"
@@ -867,6 +877,42 @@ class Trainer:
         self.state.write_memory_file(self.workdir)
     self.writer.close()
     self.envs.close()
+    if jax.process_index() == 0:
+      folder, example = self._programs_folder(c.num_iterations - 1), None
+      if folder and not os.path.isdir(folder):
+        folder = None
+      for d in self.designed:
+        if d.valid and folder:
+          example = os.path.join(folder, f"design_{d.index:03d}.py")
+          break
+      plotted = os.path.isdir(os.path.join(self.workdir, report.PLOTS_DIR))
+      for line in report.footer(
+          self.workdir, folder, example, plotted
+      ).splitlines():
+        console.say(line)
+
+  def _programs_folder(self, it: int) -> str | None:
+    """WORKDIR/programs/iter_NNNNNN of iteration `it`, if programs are saved."""
+    if not self.config.train.save_programs:
+      return None
+    return os.path.join(self.workdir, PROGRAMS_DIR, f"iter_{it:06d}")
+
+  def _report(self, it: int, m: dict[str, float]) -> None:
+    """Iteration `it`'s summary: on the console, in summary.md, plots."""
+    if jax.process_index() != 0:
+      return
+    rows = report.design_rows(
+        self.designed, self.config.memory.duplicate_threshold
+    )
+    for line in report.iteration_lines(it + 1, rows, m):
+      console.say(line)
+    report.plots(self.workdir, metrics_lib.read_metrics(self.workdir))
+    report.write_summary(
+        self.workdir,
+        it + 1,
+        report.iteration_markdown(it + 1, rows, m, self._programs_folder(it)),
+        title=f"SPADE run {self.workdir}",
+    )
 
 
 def _fit(ids: list[int], budget: int, bos: int) -> list[int]:

@@ -167,11 +167,44 @@ def test_play_reads_actions_from_stdin(tmp_path):
   )
   assert proc.returncode == 0, proc.stderr
   out = proc.stdout
-  assert out.startswith("Tower of Hanoi.")
+  # The hint comes before the first observation, as a hinted episode sees it.
+  assert out.startswith("[hint] Move the top")
+  assert out.splitlines()[1].startswith("Tower of Hanoi.")
   assert out.count("[hint] Move the top") == 2
   assert "Reply like \\boxed{A C}." in out
   assert out.rstrip().endswith("[episode won]")
   assert "[reward +1.00  total +1.00]" in out
+
+
+def test_play_shows_a_runs_written_hint_by_archive_id_or_file(tmp_path):
+  program = library.get_program("tower_of_hanoi")
+  path = tmp_path / "design_000.py"
+  path.write_text(program.source)
+  memory = {
+      "entries": [
+          {"id": "env-000001", "code": "class OtherEnv: pass\n",
+           "verdict": {"class_name": "OtherEnv"}},
+          {"id": "env-000002", "code": program.source,
+           "verdict": {"class_name": "TowerOfHanoiEnv",
+                       "written_hint": "Start with the smallest disk."}},
+      ]
+  }  # fmt: skip
+  (tmp_path / "memory.json").write_text(json.dumps(memory))
+  for target in ("env-000002", str(path)):
+    proc = _run(
+        ["spade.environments.play", target, "--workdir", str(tmp_path),
+         "--seed", "4", "--show-hint", "--backend", "none"],
+        stdin=":quit\n",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("[hint] Start with the smallest disk.\n")
+  proc = _run(
+      ["spade.environments.play", "NoSuchEnv", "--workdir", str(tmp_path)],
+      stdin="",
+  )
+  assert proc.returncode == 2
+  assert "has no program 'NoSuchEnv'" in proc.stderr
+  assert "env-000002 (TowerOfHanoiEnv)" in proc.stderr
 
 
 def test_play_runs_tool_calls_without_spending_turns():

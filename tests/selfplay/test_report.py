@@ -1,0 +1,113 @@
+"""The run's summary: design rows, summary.md, plots, the footer."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from spade.designer import examples
+from spade.selfplay import records
+from spade.selfplay import report
+
+
+def _design(index, code, verdict):
+  return records.Design(
+      index=index,
+      group=0,
+      prompt_ids=(1,),
+      completion_ids=(2,),
+      logprobs=(0.0,),
+      code=code,
+      verdict=verdict,
+  )
+
+
+def test_design_rows_name_the_class_the_failure_and_a_near_copy():
+  # The example with a renamed attribute: still a near-copy.
+  copied = examples.BY_FAMILY["multi_turn_game"].replace(
+      "self.turn_count", "self.turns_taken"
+  )
+  designs = [
+      _design(0, copied, records.Verdict(
+          True, "ok", details={"class_name": "TradingEnv"})),
+      _design(1, "class X(:\n", records.Verdict(
+          False, "syntax", "SyntaxError (line 1): invalid syntax\nmore")),
+      _design(2, "class TinyEnv:\n  def reset(self, seed=None):\n"
+              "    return 'hi', {}\n", records.Verdict(
+                  True, "ok", details={"class_name": "TinyEnv"})),
+  ]  # fmt: skip
+  rows = report.design_rows(designs, threshold=0.85)
+  assert [r["name"] for r in rows] == ["TradingEnv", "-", "TinyEnv"]
+  assert rows[0]["verdict"] == "valid"
+  assert rows[0]["copy"] == "multi_turn_game"
+  assert rows[1]["verdict"] == "syntax: SyntaxError (line 1): invalid syntax"
+  assert rows[2]["copy"] is None
+
+
+def _metrics(step, ret):
+  return {
+      "step": step,
+      "agent/return_nohint": ret,
+      "agent/return_hint": ret + 0.25,
+      "regret/mean": 0.125,
+      "designer/valid_rate": 0.5,
+      "train/rows_with_signal": 3.0,
+      "train/rows_total": 8.0,
+      "time/iteration_s": 12.0,
+  }
+
+
+def test_lines_summary_md_and_plots(tmp_path):
+  workdir = str(tmp_path)
+  rows = [dict(index=0, name="AEnv", verdict="valid", copy=None, attempts=1)]
+  lines = report.iteration_lines(1, rows, _metrics(1, 0.5))
+  assert lines[0] == (
+      "iteration 1: return 0.50 without hint, 0.75 with; regret 0.125;"
+      " 3 of 8 rows with signal; 12s"
+  )
+  assert lines[1] == "  design 0: AEnv: valid"
+  assert report.plots(workdir, [_metrics(1, 0.5)]) == []
+  report.write_summary(
+      workdir, 1, report.iteration_markdown(1, rows, _metrics(1, 0.5), None),
+      title="run",
+  )  # fmt: skip
+  paths = report.plots(workdir, [_metrics(1, 0.5), _metrics(2, 0.25)])
+  assert sorted(os.path.basename(p) for p in paths) == [
+      "regret.png", "returns.png", "validity.png"
+  ]  # fmt: skip
+  from matplotlib import image  # pylint: disable=g-import-not-at-top
+
+  pixels = image.imread(paths[0])
+  assert pixels.shape[0] == 300 and pixels.shape[1] == 500
+  assert np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0).shape[0] > 10
+  text = report.write_summary(
+      workdir, 2, report.iteration_markdown(2, [], _metrics(2, 0.25), "p/2"),
+      title="run",
+  )  # fmt: skip
+  with open(text) as f:
+    md = f.read()
+  assert md.startswith("# run\n\n![validity](plots/validity.png)")
+  assert md.index("## Iteration 1") < md.index("## Iteration 2")
+  assert "| 0 | `AEnv` | valid | - | 1 |" in md
+  assert "Programs, verdicts and transcripts: `p/2`" in md
+  # A resumed run that redoes iteration 2 replaces its section.
+  report.write_summary(
+      workdir, 2, report.iteration_markdown(2, [], _metrics(2, 0.0), None),
+      title="run",
+  )  # fmt: skip
+  with open(text) as f:
+    assert f.read().count("## Iteration 2") == 1
+
+
+def test_footer_names_the_files_and_commands():
+  text = report.footer("runs/x", "runs/x/programs/iter_000001",
+                       "runs/x/programs/iter_000001/design_000.py", True)  # fmt: skip
+  assert "tensorboard --logdir runs/x" in text
+  assert "python -m spade.memory.show runs/x" in text
+  assert (
+      "python -m spade.environments.play"
+      " runs/x/programs/iter_000001/design_000.py --workdir runs/x"
+      " --show-hint" in text
+  )
+  assert "plots in runs/x/plots/" in text
