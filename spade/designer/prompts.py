@@ -722,10 +722,16 @@ def _negative_line(example: Any) -> str:
     )
   win = _stat(example, "win_rate_nohint") or 0.0
   reason = "too easy" if win > 0.9 else "too hard"
-  return f"- {reason} (win_rate={win:.2f}): class {_class_name(code)}"
+  # A memory record names itself (the reference prints its game file's
+  # stem, env_memory.format_negative_examples); else the code's class.
+  name = getattr(example, "name", None) or _class_name(code)
+  return f"- {reason} (win_rate={win:.2f}): class {name}"
 
 
 def _is_negative(example: Any) -> bool:
+  # `spade.memory.fifo` says which pool a record was drawn from.
+  if isinstance(getattr(example, "negative", None), bool):
+    return example.negative
   verdict = getattr(example, "verdict", None) or {}
   if not verdict.get("valid", True):
     return True
