@@ -27,6 +27,21 @@ import time
 SPADE_MOUNT = "/opt/spade"
 SITE_MOUNT = "/opt/site-packages"
 
+# The capabilities of a sandbox's init (the worker), in gVisor and in
+# bubblewrap alike (`backends.bwrap_command`): it gives each environment its
+# own uid (SETUID, SETGID) and 0700 directory, which it also removes (CHOWN,
+# FOWNER, DAC_OVERRIDE), kills every process of that uid (KILL) and sets its
+# rlimits (SYS_RESOURCE). Nothing else.
+CAPABILITIES = (
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_CHOWN",
+    "CAP_FOWNER",
+    "CAP_DAC_OVERRIDE",
+    "CAP_SYS_RESOURCE",
+)
+
 INSTALL_HINT = (
     "gVisor's runsc was not found on PATH. Install it with `apt-get install"
     " runsc` (Debian/Ubuntu), or choose the weaker bubblewrap backend"
@@ -98,15 +113,7 @@ def make_bundle(
   for source, destination in binds:
     os.makedirs(rootfs + destination, exist_ok=True)
     mounts.append(_bind(source, destination))
-  caps = [
-      "CAP_SETUID",
-      "CAP_SETGID",
-      "CAP_KILL",
-      "CAP_CHOWN",
-      "CAP_FOWNER",
-      "CAP_DAC_OVERRIDE",
-      "CAP_SYS_RESOURCE",
-  ]
+  caps = list(CAPABILITIES)
   spec = {
       "ociVersion": "1.0.0",
       "process": {
