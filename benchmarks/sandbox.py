@@ -68,7 +68,7 @@ def _run(pool, envs_per_sandbox, seconds, batched):
   # One program per sandbox: a program's episodes stay in one sandbox.
   handles = [
       pool.create(_program(k))
-      for k in range(pool.num_sandboxes)
+      for k in range(pool.options.num_sandboxes)
       for _ in range(envs_per_sandbox)
   ]
   for h in handles:
@@ -106,7 +106,7 @@ def _settled_pss(pool):
   """The sandbox's PSS (MiB) once its worker has refilled its spares."""
   for _ in range(200):
     stats = pool.stats()[0]
-    if stats["spare_envs"] >= pool.spare_envs:
+    if stats["spare_envs"] >= pool.options.spare_envs:
       break
     time.sleep(0.1)
   time.sleep(0.5)

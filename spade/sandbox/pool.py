@@ -5,7 +5,7 @@ read-only root, tmpfs `/tmp`) whose init is `spade/sandbox/worker.py`,
 speaking JSON lines over the pipes of the `runsc` process. Every environment
 program runs in a forked child of that worker under its own uid with
 rlimits, and each of its episodes is an instance of its class in that child
-(see worker.py), so one sandbox serves many episodes at ~0.3 ms a step and
+(see worker.py and program_child.py), so one sandbox serves many episodes at ~0.3 ms a step and
 an episode costs memory, not a process.
 
 The host side (this module) routes calls to the sandbox that holds an
@@ -17,63 +17,34 @@ enforces a deadline on top of the worker's per-call budgets (a sandbox that
 misses it is destroyed and its episodes report `sandbox_lost`), recycles
 sandboxes after N episodes, an age, or too many host tasks, swapping in a
 warm spare started in the background, and on start removes what pools of
-dead processes left behind (`sweep_orphans`).
+dead processes left behind (sweep.py).
 
-Backends: "gvisor" (default), "bwrap" (bubblewrap: namespaces on the host
-kernel, announced as weaker), "none" (a plain subprocess for trusted code
-only; never chosen implicitly).
+Backends (backends.py): "gvisor" (default), "bwrap" (bubblewrap: namespaces
+on the host kernel, announced as weaker), "none" (a plain subprocess for
+trusted code only; never chosen implicitly). Options: `PoolOptions`
+(options.py), kept whole as `SandboxPool.options`.
 """
 
 from __future__ import annotations
 
 import atexit
-import glob
-import importlib.util
 import itertools
-import json
 import logging
 import os
-import select
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import weakref
 from typing import Any
 
+from spade.sandbox import backends
 from spade.sandbox import runsc
-
-BACKENDS = ("gvisor", "bwrap", "none")
-
-# A pool's state directory (under the temporary directory) and the file in
-# it naming its owner process; see `sweep_orphans`.
-_DIR_PREFIX = "spade-sandbox-"
-_OWNER_FILE = "owner.json"
-_HOST_FILE = "host.json"  # in each sandbox's directory: its host process
-
-_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
-_SPADE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The program runtime the worker serves, named rather than imported: a module
-# with load_program(source), instantiate(cls, kwargs) and ProgramError, and a
-# validator module with validate_program(source, **options) (spade.environments'
-# own). The worker imports both by name before forking (a fork inherits
-# them), so this package never imports the environment package that uses it.
-RUNTIME_MODULE = "spade.environments.runtime"
-VALIDATOR_MODULE = "spade.environments.validator"
+from spade.sandbox import sweep
+from spade.sandbox.errors import SandboxError
+from spade.sandbox.options import PoolOptions
 
 _log = logging.getLogger(__name__)
-
-# One BLAS thread: environments are single-threaded, and every thread pool
-# numpy starts in the worker would be copied into each forked environment.
-_SANDBOX_ENV = [
-    "PATH=/usr/bin:/bin",
-    "LANG=C.UTF-8",
-    "OPENBLAS_NUM_THREADS=1",
-    "OMP_NUM_THREADS=1",
-    "MKL_NUM_THREADS=1",
-]
 
 # Pools still open at interpreter exit are closed then, so that a program
 # that forgot `close()` leaves no sandbox, runsc state or cgroup behind.
@@ -89,249 +60,6 @@ def _close_open_pools() -> None:
       pass
 
 
-class SandboxError(Exception):
-  """A sandbox operation that failed.
-
-  Attributes:
-    reason: a short code ("not_installed", "start", "timeout", "crash",
-      "call_timeout", "output_too_large", "closed", "sandbox_lost",
-      "exception", a validator/loader reason, ...).
-    message: what happened and what to do.
-  """
-
-  def __init__(self, reason: str, message: str):
-    super().__init__(f"{reason}: {message}")
-    self.reason = reason
-    self.message = message
-
-
-class _Lost(Exception):
-  """A sandbox's worker that died or missed the host deadline."""
-
-
-def _module_root(name: str) -> str | None:
-  """The sys.path entry a module is imported from on the host, or None."""
-  try:
-    spec = importlib.util.find_spec(name)
-  except (ImportError, ValueError):
-    return None
-  if spec is None or not spec.origin or not os.path.isabs(spec.origin):
-    return None
-  path = os.path.dirname(spec.origin)
-  levels = len(name.split("."))
-  if spec.submodule_search_locations is None:
-    levels -= 1
-  for _ in range(levels):
-    path = os.path.dirname(path)
-  return path
-
-
-class _Sandbox:
-  """Host side of one sandbox: its worker's pipes and bookkeeping."""
-
-  def __init__(self, pool: "SandboxPool", index: int):
-    self.pool = pool
-    self.index = index
-    # runsc names its control socket after the id (an abstract socket, global
-    # to the host): unique per pool, not just per process.
-    token = os.path.basename(pool.tmpdir).rsplit("-", 1)[-1]
-    self.name = f"spade-{os.getpid()}-{token}-{index}"
-    self.dir = os.path.join(pool.tmpdir, f"sb{index}")
-    self.proc: subprocess.Popen | None = None
-    self.pid = 0  # host pid of the sandbox (runsc-sandbox, bwrap or python)
-    self.rfd = -1
-    self.wfd = -1
-    self.buf = bytearray()
-    self.envs: set[int] = set()  # worker env ids living here
-    self.env_source: dict[int, str] = {}  # worker env id -> its program
-    self.sources: dict[str, int] = {}  # program -> live episodes here
-    self.children = 0
-    self.started_at = time.monotonic()
-    self.retired = False
-    self.hello: dict = {}
-    self.next_id = itertools.count(1)
-
-  # --- life cycle ---
-
-  def start(self) -> None:
-    """Launches the sandbox and waits for the worker's hello."""
-    pool = self.pool
-    os.makedirs(self.dir)
-    work_args = pool.worker_args()
-    if pool.backend == "gvisor":
-      bundle = os.path.join(self.dir, "bundle")
-      os.makedirs(bundle)
-      binds = [(src, dst) for src, dst in pool.binds]
-      args = [pool.python_in_sandbox, "-S", "-u", "-B"]
-      args += [
-          runsc.SPADE_MOUNT + "/spade/sandbox/worker.py",
-          "--isolate",
-          "--workdir=/tmp",
-      ] + work_args
-      runsc.make_bundle(
-          bundle,
-          args=args,
-          binds=binds,
-          tmpfs_mb=pool.tmpfs_mb,
-          memory_limit_bytes=pool.sandbox_memory_mb << 20,
-          pids_limit=pool.sandbox_pids,
-          env=_SANDBOX_ENV,
-      )
-      try:
-        self.proc, self.pid = runsc.run_detached(
-            pool.runsc,
-            pool.state_root,
-            bundle,
-            self.name,
-            platform=pool.platform,
-        )
-      except (RuntimeError, OSError) as e:
-        raise SandboxError("start", f"could not start gVisor: {e}") from None
-    else:
-      workdir = "/tmp"
-      if pool.backend == "bwrap":
-        cmd = (
-            pool.bwrap_command()
-            + [
-                pool.python_in_sandbox,
-                "-S",
-                "-u",
-                "-B",
-                runsc.SPADE_MOUNT + "/spade/sandbox/worker.py",
-                "--isolate",
-                f"--workdir={workdir}",
-            ]
-            + work_args
-        )
-      else:
-        workdir = os.path.join(self.dir, "work")
-        os.makedirs(workdir)
-        cmd = [
-            sys.executable,
-            "-S",
-            "-u",
-            "-B",
-            _WORKER,
-            f"--workdir={workdir}",
-        ] + work_args
-      self.proc = subprocess.Popen(
-          cmd,
-          stdin=subprocess.PIPE,
-          stdout=subprocess.PIPE,
-          stderr=subprocess.DEVNULL,
-          close_fds=True,
-          start_new_session=True,
-      )
-      self.pid = self.proc.pid
-    _write_owner(os.path.join(self.dir, _HOST_FILE), self.pid)
-    self.rfd = self.proc.stdout.fileno()
-    self.wfd = self.proc.stdin.fileno()
-    os.set_blocking(self.rfd, False)
-    try:
-      self.hello = self._read_line(time.monotonic() + pool.start_timeout_s)
-    except _Lost:
-      self.destroy()
-      raise SandboxError(
-          "start",
-          f"the {pool.backend} sandbox's worker did not start; see"
-          f" {self.dir}/bundle/runsc.log",
-      ) from None
-    if self.hello.get("errors"):
-      _log.warning("sandbox preload errors: %s", self.hello["errors"])
-    self.started_at = time.monotonic()
-
-  def destroy(self) -> None:
-    """Stops the sandbox and removes everything it left on the host."""
-    if self.proc is not None:
-      for f in (self.proc.stdin, self.proc.stdout):
-        try:
-          f.close()
-        except OSError:
-          pass
-    if self.pool.backend == "gvisor":
-      if self.pid:
-        runsc.destroy(
-            self.pool.runsc, self.pool.state_root, self.name, self.pid
-        )
-    elif self.proc is not None:
-      try:
-        os.killpg(self.proc.pid, 9)
-      except OSError:
-        pass
-      self.proc.wait()
-    shutil.rmtree(self.dir, ignore_errors=True)
-    self.proc = None
-
-  # --- protocol ---
-
-  def send(self, items: list[dict]) -> int:
-    """Writes one request; returns its id."""
-    rid = next(self.next_id)
-    data = json.dumps({"id": rid, "items": items}).encode() + b"\n"
-    view = memoryview(data)
-    try:
-      while view:
-        n = os.write(self.wfd, view)
-        view = view[n:]
-    except OSError:
-      raise _Lost("the sandbox's worker is gone") from None
-    return rid
-
-  def receive(self, rid: int, deadline: float, n_items: int) -> list[dict]:
-    """Reads the answer to request `rid`; raises _Lost past the deadline."""
-    reply = self._read_line(deadline, cap=(n_items + 1) * self.pool.result_cap)
-    if reply.get("id") != rid or not isinstance(reply.get("results"), list):
-      raise _Lost(f"the worker answered out of turn: {str(reply)[:200]}")
-    if len(reply["results"]) != n_items:
-      raise _Lost("the worker answered the wrong number of items")
-    return reply["results"]
-
-  def _read_line(self, deadline: float, cap: int = 1 << 20) -> dict:
-    while True:
-      nl = self.buf.find(b"\n")
-      if nl >= 0:
-        line = bytes(self.buf[:nl])
-        del self.buf[: nl + 1]
-        try:
-          value = json.loads(line)
-        except ValueError:
-          raise _Lost("unreadable reply from the worker") from None
-        if not isinstance(value, dict):
-          raise _Lost("unexpected reply from the worker")
-        return value
-      if len(self.buf) > cap:
-        raise _Lost("the worker's reply exceeds the cap")
-      left = deadline - time.monotonic()
-      if left <= 0:
-        raise _Lost("the sandbox missed the host deadline")
-      r, _, _ = select.select([self.rfd], [], [], left)
-      if not r:
-        continue
-      try:
-        chunk = os.read(self.rfd, 1 << 20)
-      except BlockingIOError:
-        continue
-      except OSError:
-        chunk = b""
-      if not chunk:
-        raise _Lost("the sandbox's worker exited")
-      self.buf += chunk
-
-  def worn_out(self) -> bool:
-    """True when the sandbox should take no new environments."""
-    pool = self.pool
-    if self.children >= pool.max_envs_per_sandbox:
-      return True
-    if time.monotonic() - self.started_at > pool.max_age_s:
-      return True
-    if (
-        pool.backend == "gvisor"
-        and runsc.host_tasks(self.pid) > pool.max_host_tasks
-    ):
-      return True
-    return False
-
-
 class SandboxPool:
   """Runs environment programs in a few long-lived sandboxes.
 
@@ -339,39 +67,15 @@ class SandboxPool:
   calls on purpose: one lock serialises them (the rollout engine batches).
 
   Attributes:
-    swept: what the start-up sweep removed (`sweep_orphans`'s counts).
+    options: the `PoolOptions` it runs with.
+    swept: what the start-up sweep removed (`sweep.sweep_orphans`'s counts).
+    tmpdir: its state directory, removed by `close()`.
+    state_root: runsc's state directory in it.
+    runsc: the runsc binary ("" for the other backends).
   """
 
   def __init__(
-      self,
-      backend: str = "gvisor",
-      num_sandboxes: int = 2,
-      *,
-      step_timeout_s: float = 5.0,
-      call_timeout_s: float = 0.5,
-      validate_timeout_s: float = 30.0,
-      memory_mb: int = 1024,
-      host_grace_s: float = 5.0,
-      max_envs_per_sandbox: int = 1000,
-      max_age_s: float = 3600.0,
-      max_host_tasks: int = 2000,
-      warm_spare: bool = True,
-      preload: tuple[str, ...] | list[str] = ("numpy", "math_verify"),
-      tmpfs_mb: int = 64,
-      sandbox_memory_mb: int = 8192,
-      nproc: int = 32,
-      nofile: int = 64,
-      fsize_mb: int = 16,
-      max_parallel: int = 16,
-      spare_envs: int = 4,
-      result_cap_bytes: int = 1 << 20,
-      call_output_cap_bytes: int = 256 << 10,
-      timeout_strikes: int = 2,
-      output_cap_bytes: int = 64 << 10,
-      runsc_path: str | None = None,
-      platform: str = "ptrace",
-      start_timeout_s: float = 60.0,
-      sweep: bool = True,
+      self, backend: str = "gvisor", num_sandboxes: int = 2, **options
   ):
     """Starts `num_sandboxes` sandboxes (and a warm spare in the background).
 
@@ -379,129 +83,44 @@ class SandboxPool:
       backend: "gvisor" (default), "bwrap" (weaker: shares the host kernel) or
         "none" (no isolation; trusted code only).
       num_sandboxes: sandboxes serving environments at once.
-      step_timeout_s: deadline of loading one program (its module-level
-        code), and the basis of the host's deadline on a request.
-      call_timeout_s: budget of one program call (`__init__`, `reset`,
-        `step`, a method): a call past it ends its episode with reason
-        "call_timeout"; one that ignores the timer is killed with its
-        program's process (that program's episodes end, no other's).
-      validate_timeout_s: deadline of one validation.
-      memory_mb: address-space limit of each program's process (shared by
-        that program's episodes).
-      host_grace_s: margin after a worker deadline before the host gives up
-        on the sandbox and replaces it.
-      max_envs_per_sandbox: children (program processes, validations,
-        program runs) after which a sandbox takes no new ones and is
-        replaced once empty.
-      max_age_s: age after which a sandbox is recycled the same way.
-      max_host_tasks: host threads + ptrace stubs of a gVisor sandbox over
-        which it is recycled.
-      warm_spare: keep one sandbox started in the background for swaps.
-      preload: modules imported once in each worker before forking.
-      tmpfs_mb: size of each sandbox's writable /tmp.
-      sandbox_memory_mb: cgroup memory limit of a whole gVisor sandbox.
-      nproc: processes a program's uid may have.
-      nofile: open files per program process.
-      fsize_mb: largest file an environment may write.
-      max_parallel: children one worker runs at once within a request.
-      spare_envs: environment processes each worker keeps forked ahead
-        (between requests), so `create` does not wait for a fork.
-      result_cap_bytes: largest verdict of one validation.
-      call_output_cap_bytes: largest result of one program call (JSON);
-        a larger one ends its episode with reason "output_too_large".
-      timeout_strikes: call timeouts after which every further call of that
-        program's process fails at once (a program whose calls keep timing
-        out costs a batch at most this many budgets).
-      output_cap_bytes: stdout/stderr kept from `run_code`.
-      runsc_path: the runsc binary (default: found on PATH).
-      platform: gVisor platform ("ptrace"; "kvm" hangs on some hosts).
-      start_timeout_s: how long a sandbox may take to start.
-      sweep: first remove what pools of dead processes left behind (see
-        `sweep_orphans`).
+      **options: the other fields of `PoolOptions` (timeouts, limits, caps,
+        recycling), by name.
+
+    Raises:
+      SandboxError: "config" for a bad option, "not_installed" when the
+        backend's program is missing, "start" when a sandbox did not start.
     """
-    if backend not in BACKENDS:
-      raise SandboxError(
-          "config",
-          f"backend={backend!r} is not one of {BACKENDS}; use 'gvisor' unless"
-          " runsc cannot be installed",
-      )
-    if num_sandboxes < 1:
-      raise SandboxError("config", "num_sandboxes must be >= 1")
-    self.backend = backend
-    self.num_sandboxes = num_sandboxes
-    self.step_timeout_s = float(step_timeout_s)
-    if call_timeout_s <= 0:
-      raise SandboxError("config", "call_timeout_s must be > 0")
-    self.call_timeout_s = float(call_timeout_s)
-    self.call_output_cap = int(call_output_cap_bytes)
-    self.timeout_strikes = int(timeout_strikes)
-    self.validate_timeout_s = float(validate_timeout_s)
-    self.memory_mb = int(memory_mb)
-    self.host_grace_s = float(host_grace_s)
-    self.max_envs_per_sandbox = int(max_envs_per_sandbox)
-    self.max_age_s = float(max_age_s)
-    self.max_host_tasks = int(max_host_tasks)
-    self.warm_spare = bool(warm_spare)
-    self.preload = tuple(preload)
-    self.tmpfs_mb = int(tmpfs_mb)
-    self.sandbox_memory_mb = int(sandbox_memory_mb)
-    self.sandbox_pids = 4096
-    self.nproc = int(nproc)
-    self.nofile = int(nofile)
-    self.fsize_mb = int(fsize_mb)
-    self.max_parallel = int(max_parallel)
-    if spare_envs < 0:
-      raise SandboxError("config", "spare_envs must be >= 0")
-    self.spare_envs = int(spare_envs)
-    self.result_cap = int(result_cap_bytes)
-    self.output_cap = int(output_cap_bytes)
-    self.platform = platform
-    self.start_timeout_s = float(start_timeout_s)
-    self.runsc = ""
-    if backend == "gvisor":
-      found = runsc.find_runsc(runsc_path)
-      if found is None:
-        raise SandboxError("not_installed", runsc.INSTALL_HINT)
-      self.runsc = found
-    elif backend == "bwrap":
-      if shutil.which("bwrap") is None:
-        raise SandboxError(
-            "not_installed",
-            "bubblewrap was not found: `apt-get install bubblewrap`, or use"
-            " backend='gvisor' (`apt-get install runsc`)",
-        )
-      _log.warning(
-          "sandbox backend 'bwrap' shares the host kernel: weaker isolation"
-          " than gVisor; use it only where runsc cannot run"
-      )
-    else:
-      _log.warning(
-          "sandbox backend 'none': environment code runs WITHOUT isolation;"
-          " use it for trusted code only"
-      )
-    self.tmpdir = tempfile.mkdtemp(prefix=_DIR_PREFIX)
+    self.options = PoolOptions(
+        backend=backend, num_sandboxes=num_sandboxes, **options
+    )
+    self.runsc = backends.check_installed(self.options)
+    self.tmpdir = tempfile.mkdtemp(prefix=sweep.DIR_PREFIX)
     # First, so that a trainer killed from here on leaves a swept directory.
-    _write_owner(os.path.join(self.tmpdir, _OWNER_FILE), os.getpid())
+    sweep.write_owner(os.path.join(self.tmpdir, sweep.OWNER_FILE), os.getpid())
     self.swept = {"sandboxes": 0, "processes": 0, "directories": 0}
-    if sweep:
-      self.swept = sweep_orphans(runsc_path=self.runsc or None)
+    if self.options.sweep:
+      self.swept = sweep.sweep_orphans(runsc_path=self.runsc or None)
     self.state_root = os.path.join(self.tmpdir, "runsc-state")
     os.makedirs(self.state_root)
-    self._setup_paths()
+    self._launch = backends.Launch.make(
+        self.options, self.tmpdir, self.state_root, self.runsc
+    )
     self._lock = threading.RLock()
     self._spare_lock = threading.Lock()
     self._counter = itertools.count()
-    self._handles: dict[int, tuple[_Sandbox, int]] = {}
+    self._handles: dict[int, tuple[backends.Sandbox, int]] = {}
     self._lost: dict[int, str] = {}  # handle -> why it is gone
     self._next_handle = itertools.count(1)
-    self._sandboxes: list[_Sandbox] = []
-    self._retired: list[_Sandbox] = []
-    self._spare: _Sandbox | None = None
+    self._sandboxes: list[backends.Sandbox] = []
+    self._retired: list[backends.Sandbox] = []
+    self._spare: backends.Sandbox | None = None
     self._spare_thread: threading.Thread | None = None
     self._reapers: list[threading.Thread] = []
     self._closed = False
     try:
-      starters = [self._new_sandbox() for _ in range(num_sandboxes)]
+      starters = [
+          self._new_sandbox() for _ in range(self.options.num_sandboxes)
+      ]
       self._start_all(starters)
       self._sandboxes = starters
       self._refill_spare()
@@ -545,109 +164,10 @@ class SandboxPool:
 
   # --- set-up ---
 
-  def _setup_paths(self) -> None:
-    """Finds what the worker needs read-only: interpreter, packages."""
-    prefix = os.path.realpath(sys.base_prefix)
-    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    self.python_in_sandbox = os.path.join(prefix, "bin", version)
-    binds = []
-    if not prefix.startswith("/usr"):
-      binds.append((prefix, prefix))
-    binds.append((_SPADE_DIR, runsc.SPADE_MOUNT + "/spade"))
-    self._sys_paths = [runsc.SPADE_MOUNT]
-    roots = []
-    for name in self.preload:
-      root = _module_root(name)
-      if root is None:
-        _log.warning("sandbox preload: %s is not installed here", name)
-        continue
-      if root not in roots and not root.startswith(prefix + "/lib/"):
-        roots.append(root)
-    for i, root in enumerate(roots):
-      mount = f"{runsc.SITE_MOUNT}-{i}"
-      binds.append((root, mount))
-      self._sys_paths.append(mount)
-    self._host_sys_paths = [os.path.dirname(_SPADE_DIR)] + roots
-    self.binds = binds
+  def _new_sandbox(self) -> backends.Sandbox:
+    return backends.Sandbox(self._launch, next(self._counter))
 
-  def worker_args(self) -> list[str]:
-    """Worker flags shared by every backend."""
-    paths = self._host_sys_paths if self.backend == "none" else self._sys_paths
-    args = [f"--sys-path={p}" for p in paths]
-    args += [f"--preload={m}" for m in self.preload]
-    args += [f"--runtime={RUNTIME_MODULE}", f"--validator={VALIDATOR_MODULE}"]
-    args += [
-        f"--memory-mb={self.memory_mb}",
-        f"--nproc={self.nproc}",
-        f"--nofile={self.nofile}",
-        f"--fsize-mb={self.fsize_mb}",
-        f"--max-result-bytes={self.result_cap}",
-        f"--max-output-bytes={self.output_cap}",
-        f"--max-parallel={self.max_parallel}",
-        f"--spare-envs={self.spare_envs}",
-        f"--step-timeout-s={self.step_timeout_s}",
-        f"--call-timeout-s={self.call_timeout_s}",
-        f"--call-output-cap-bytes={self.call_output_cap}",
-        f"--timeout-strikes={self.timeout_strikes}",
-        f"--validate-timeout-s={self.validate_timeout_s}",
-    ]
-    return args
-
-  def bwrap_command(self) -> list[str]:
-    """bubblewrap flags equivalent to the gVisor bundle (minus the kernel)."""
-    # No --die-with-parent: it fires when the *thread* that started bwrap
-    # ends (sandboxes start in threads); the worker exits at EOF instead.
-    cmd = [
-        "bwrap",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--new-session",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-    ]
-    for name in ("bin", "lib", "lib64", "sbin"):
-      host = os.path.join("/", name)
-      if os.path.islink(host):
-        cmd += ["--symlink", os.readlink(host), host]
-      elif os.path.isdir(host):
-        cmd += ["--ro-bind", host, host]
-    made = set()
-    for src, dst in self.binds:
-      # bwrap makes missing parents 0700 (root only): environments run under
-      # other uids and must traverse them, e.g. /root/.pyenv/versions.
-      parts = dst.strip("/").split("/")[:-1]
-      for i in range(1, len(parts) + 1):
-        parent = "/" + "/".join(parts[:i])
-        if parent not in made and parent not in ("/usr", "/tmp", "/proc"):
-          made.add(parent)
-          cmd += ["--perms", "0755", "--dir", parent]
-      cmd += ["--ro-bind", src, dst]
-    for cap in (
-        "CAP_SETUID",
-        "CAP_SETGID",
-        "CAP_KILL",
-        "CAP_CHOWN",
-        "CAP_FOWNER",
-        "CAP_DAC_OVERRIDE",
-        "CAP_SYS_RESOURCE",
-    ):
-      cmd += ["--cap-add", cap]
-    return cmd
-
-  def _new_sandbox(self) -> _Sandbox:
-    return _Sandbox(self, next(self._counter))
-
-  def _start_all(self, sandboxes: list[_Sandbox]) -> None:
+  def _start_all(self, sandboxes: list[backends.Sandbox]) -> None:
     """Starts sandboxes in parallel (each takes ~0.3-1 s, mostly waiting)."""
     errors = []
 
@@ -668,7 +188,7 @@ class SandboxPool:
       raise errors[0]
 
   def _refill_spare(self) -> None:
-    if not self.warm_spare or self._closed:
+    if not self.options.warm_spare or self._closed:
       return
     if self._spare is not None or (
         self._spare_thread is not None and self._spare_thread.is_alive()
@@ -693,7 +213,7 @@ class SandboxPool:
     self._spare_thread = threading.Thread(target=start, daemon=True)
     self._spare_thread.start()
 
-  def _take_fresh(self) -> _Sandbox:
+  def _take_fresh(self) -> backends.Sandbox:
     """A started sandbox: the warm spare if ready, else a new one now."""
     if self._spare_thread is not None:
       self._spare_thread.join()
@@ -705,14 +225,14 @@ class SandboxPool:
     self._refill_spare()
     return spare
 
-  def _destroy_later(self, sb: _Sandbox) -> None:
+  def _destroy_later(self, sb: backends.Sandbox) -> None:
     """`runsc delete` takes ~1.5 s: do it off the caller's path."""
     t = threading.Thread(target=sb.destroy, daemon=True)
     t.start()
     self._reapers.append(t)
     self._reapers = [r for r in self._reapers if r.is_alive()]
 
-  def _replace(self, sb: _Sandbox, why: str) -> None:
+  def _replace(self, sb: backends.Sandbox, why: str) -> None:
     """Drops a sandbox (lost or worn out and empty) and puts a fresh one in."""
     for handle, (owner, _) in list(self._handles.items()):
       if owner is sb:
@@ -723,10 +243,10 @@ class SandboxPool:
     if sb in self._retired:
       self._retired.remove(sb)
     self._destroy_later(sb)
-    if not self._closed and len(self._sandboxes) < self.num_sandboxes:
+    if not self._closed and len(self._sandboxes) < self.options.num_sandboxes:
       self._sandboxes.append(self._take_fresh())
 
-  def _retire_if_worn(self, sb: _Sandbox) -> None:
+  def _retire_if_worn(self, sb: backends.Sandbox) -> None:
     if sb.retired or not sb.worn_out():
       return
     sb.retired = True
@@ -739,25 +259,25 @@ class SandboxPool:
   # --- requests ---
 
   def _request(
-      self, per_sandbox: dict[_Sandbox, list[dict]], timeout_s: float
-  ) -> dict[_Sandbox, list[dict] | str]:
+      self, per_sandbox: dict[backends.Sandbox, list[dict]], timeout_s: float
+  ) -> dict[backends.Sandbox, list[dict] | str]:
     """Sends one request to each sandbox, then collects all answers.
 
     A sandbox that dies or misses `timeout_s + host_grace_s` is replaced and
     its entry is the reason string instead of results.
     """
     sent = {}
-    out: dict[_Sandbox, Any] = {}
+    out: dict[backends.Sandbox, Any] = {}
     for sb, items in per_sandbox.items():
       try:
         sent[sb] = sb.send(items)
-      except _Lost as e:
+      except backends.Lost as e:
         out[sb] = str(e)
-    deadline = time.monotonic() + timeout_s + self.host_grace_s
+    deadline = time.monotonic() + timeout_s + self.options.host_grace_s
     for sb, rid in sent.items():
       try:
         out[sb] = sb.receive(rid, deadline, len(per_sandbox[sb]))
-      except _Lost as e:
+      except backends.Lost as e:
         out[sb] = str(e)
     for sb, value in out.items():
       if isinstance(value, str):
@@ -769,7 +289,7 @@ class SandboxPool:
     if self._closed:
       raise SandboxError("closed", "the pool is closed; make a new SandboxPool")
 
-  def _owner(self, handle: int) -> tuple[_Sandbox, int]:
+  def _owner(self, handle: int) -> tuple[backends.Sandbox, int]:
     if handle in self._handles:
       return self._handles[handle]
     if handle in self._lost:
@@ -788,8 +308,8 @@ class SandboxPool:
     return {"ok": False, "reason": "sandbox_lost", "message": "sandbox lost"}
 
   def _pick(
-      self, source: str, load: dict[_Sandbox, int] | None = None
-  ) -> _Sandbox:
+      self, source: str, load: dict[backends.Sandbox, int] | None = None
+  ) -> backends.Sandbox:
     """The sandbox for a new episode of `source`.
 
     The one already running that program (its episodes share one process
@@ -804,13 +324,13 @@ class SandboxPool:
     )
 
   @staticmethod
-  def _add_env(sb: _Sandbox, env: int, source: str) -> None:
+  def _add_env(sb: backends.Sandbox, env: int, source: str) -> None:
     sb.envs.add(env)
     sb.env_source[env] = source
     sb.sources[source] = sb.sources.get(source, 0) + 1
 
   @staticmethod
-  def _drop_env(sb: _Sandbox, env: int) -> None:
+  def _drop_env(sb: backends.Sandbox, env: int) -> None:
     sb.envs.discard(env)
     source = sb.env_source.pop(env, None)
     if source is not None:
@@ -818,7 +338,7 @@ class SandboxPool:
       if not sb.sources[source]:
         del sb.sources[source]
 
-  def _one(self, sb: _Sandbox, item: dict, timeout_s: float) -> dict:
+  def _one(self, sb: backends.Sandbox, item: dict, timeout_s: float) -> dict:
     value = self._request({sb: [item]}, timeout_s)[sb]
     if isinstance(value, str):
       return {
@@ -854,12 +374,12 @@ class SandboxPool:
       # same per-call budget as in play makes a program that would stall a
       # rollout invalid.
       options.setdefault(
-          "time_budget_s", max(1.0, 0.8 * self.validate_timeout_s)
+          "time_budget_s", max(1.0, 0.8 * self.options.validate_timeout_s)
       )
-      options.setdefault("call_timeout_s", self.call_timeout_s)
+      options.setdefault("call_timeout_s", self.options.call_timeout_s)
       verdicts: list[dict | None] = [None] * len(sources)
-      per: dict[_Sandbox, list[dict]] = {}
-      where: dict[_Sandbox, list[int]] = {}
+      per: dict[backends.Sandbox, list[dict]] = {}
+      where: dict[backends.Sandbox, list[int]] = {}
       for i, source in enumerate(sources):
         sb = self._sandboxes[i % len(self._sandboxes)]
         per.setdefault(sb, []).append(
@@ -867,16 +387,18 @@ class SandboxPool:
                 "op": "validate",
                 "source": source,
                 "options": options,
-                "timeout_s": self.validate_timeout_s,
+                "timeout_s": self.options.validate_timeout_s,
             }
         )
         where.setdefault(sb, []).append(i)
       rounds = (
-          -(-max(len(v) for v in per.values()) // self.max_parallel)
+          -(-max(len(v) for v in per.values()) // self.options.max_parallel)
           if per
           else 0
       )
-      answers = self._request(per, self.validate_timeout_s * max(rounds, 1))
+      answers = self._request(
+          per, self.options.validate_timeout_s * max(rounds, 1)
+      )
       for sb, value in answers.items():
         sb.children += len(where[sb])
         for k, i in enumerate(where[sb]):
@@ -922,7 +444,7 @@ class SandboxPool:
       result = self._one(
           sb,
           {"op": "create", "source": source, "kwargs": kwargs or {}},
-          self.step_timeout_s,
+          self.options.step_timeout_s,
       )
       if sb in self._sandboxes or sb in self._retired:
         sb.children += new
@@ -955,10 +477,12 @@ class SandboxPool:
     with self._lock:
       self._check_open()
       results: list[dict | None] = [None] * len(items)
-      per: dict[_Sandbox, list[dict]] = {}
-      where: dict[_Sandbox, list[int]] = {}
+      per: dict[backends.Sandbox, list[dict]] = {}
+      where: dict[backends.Sandbox, list[int]] = {}
       load = {sb: len(sb.envs) for sb in self._sandboxes}
-      home: dict[str, _Sandbox] = {}  # a program's episodes stay together
+      home: dict[str, backends.Sandbox] = (
+          {}
+      )  # a program's episodes stay together
       for i, item in enumerate(items):
         sb = home.get(item["source"]) or self._pick(item["source"], load)
         home[item["source"]] = sb
@@ -982,8 +506,9 @@ class SandboxPool:
         calls = max(len(it["open"]["calls"]) for it in sb_items)
         timeout = max(
             timeout,
-            self.step_timeout_s * (1 + -(-programs // self.max_parallel))
-            + len(sb_items) * (2 + calls) * self.call_timeout_s,
+            self.options.step_timeout_s
+            * (1 + -(-programs // self.options.max_parallel))
+            + len(sb_items) * (2 + calls) * self.options.call_timeout_s,
         )
       started = {
           sb: len(
@@ -1033,7 +558,9 @@ class SandboxPool:
       self._check_open()
       sb, env = self._owner(handle)
       r = self._one(
-          sb, {"op": "reset", "env": env, "seed": seed}, self.step_timeout_s
+          sb,
+          {"op": "reset", "env": env, "seed": seed},
+          self.options.step_timeout_s,
       )
       if not r.get("ok"):
         raise SandboxError(str(r.get("reason")), str(r.get("message")))
@@ -1084,8 +611,8 @@ class SandboxPool:
     with self._lock:
       self._check_open()
       results: list[dict | None] = [None] * len(items)
-      per: dict[_Sandbox, list[dict]] = {}
-      where: dict[_Sandbox, list[int]] = {}
+      per: dict[backends.Sandbox, list[dict]] = {}
+      where: dict[backends.Sandbox, list[int]] = {}
       for i, (handle, *rest) in enumerate(items):
         if handle not in self._handles:
           results[i] = self._lost_result(handle)
@@ -1107,13 +634,15 @@ class SandboxPool:
       return results  # type: ignore[return-value]
 
   def _request_calls(
-      self, per: dict[_Sandbox, list[dict]]
-  ) -> dict[_Sandbox, list[dict] | str]:
+      self, per: dict[backends.Sandbox, list[dict]]
+  ) -> dict[backends.Sandbox, list[dict] | str]:
     """Sends batches of calls on existing episodes; collects the answers."""
     # The calls on one program run in order in its process, each within
     # call_timeout_s: a batch can take that long.
     depth = max((len(v) for v in per.values()), default=1)
-    return self._request(per, self.step_timeout_s + depth * self.call_timeout_s)
+    return self._request(
+        per, self.options.step_timeout_s + depth * self.options.call_timeout_s
+    )
 
   def call(self, handle: int, method: str, *args) -> Any:
     """Calls a public method of the environment (e.g. "hint", "solution")."""
@@ -1123,7 +652,7 @@ class SandboxPool:
       r = self._one(
           sb,
           {"op": "call", "env": env, "method": method, "args": list(args)},
-          self.step_timeout_s,
+          self.options.step_timeout_s,
       )
       if not r.get("ok"):
         raise SandboxError(str(r.get("reason")), str(r.get("message")))
@@ -1140,7 +669,7 @@ class SandboxPool:
       if handle not in self._handles:
         return
       sb, env = self._handles.pop(handle)
-      self._one(sb, {"op": "close", "env": env}, self.step_timeout_s)
+      self._one(sb, {"op": "close", "env": env}, self.options.step_timeout_s)
       self._drop_env(sb, env)
       if sb.retired and not sb.envs and sb in self._retired:
         self._replace(sb, "recycled")
@@ -1176,7 +705,8 @@ class SandboxPool:
       self._check_open()
       out = []
       answers = self._request(
-          {sb: [{"op": "stats"}] for sb in self._sandboxes}, self.step_timeout_s
+          {sb: [{"op": "stats"}] for sb in self._sandboxes},
+          self.options.step_timeout_s,
       )
       for sb, value in answers.items():
         entry = dict(value[0]) if not isinstance(value, str) else {"ok": False}
@@ -1218,7 +748,7 @@ class SandboxPool:
     for t in threads + self._reapers:
       t.join()
     self._handles.clear()
-    if self.backend == "gvisor":
+    if self.options.backend == "gvisor":
       # Anything a failed start or a race left registered with runsc.
       for cid in runsc.leftover_ids(self.state_root):
         runsc.destroy(self.runsc, self.state_root, cid, 0)
@@ -1236,84 +766,6 @@ class SandboxPool:
         self.close()
       except Exception:  # pylint: disable=broad-except
         pass
-
-
-def _write_owner(path: str, pid: int) -> None:
-  """Records a process (pid and start time) as the owner of a directory."""
-  with open(path, "w") as f:
-    json.dump({"pid": pid, "start": runsc.start_time(pid)}, f)
-
-
-def _read_owner(path: str) -> tuple[int, str | None] | None:
-  try:
-    with open(path) as f:
-      owner = json.load(f)
-    return int(owner["pid"]), owner.get("start")
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
-
-
-def sweep_orphans(
-    tmp_root: str | None = None, runsc_path: str | None = None
-) -> dict[str, int]:
-  """Removes the sandboxes and state directories of pools whose owner died.
-
-  A trainer killed with SIGKILL never closes its pool. Each pool's directory
-  names its owner (pid and start time, so a reused pid does not count as
-  alive); for every directory whose owner is gone this kills the host
-  processes of its sandboxes (recorded per sandbox, and any process whose
-  command line names the directory: runsc's sandbox and gofer, a bwrap or
-  plain worker), deletes its gVisor containers (`runsc delete -force`:
-  state and cgroups) and removes the directory. Directories of live owners,
-  or without an owner file, are left alone.
-
-  Returns:
-    {"sandboxes", "processes", "directories"}: how many were removed.
-  """
-  root = tmp_root or tempfile.gettempdir()
-  removed = {"sandboxes": 0, "processes": 0, "directories": 0}
-  try:
-    names = sorted(n for n in os.listdir(root) if n.startswith(_DIR_PREFIX))
-  except OSError:
-    return removed
-  binary = None
-  for name in names:
-    path = os.path.join(root, name)
-    owner = _read_owner(os.path.join(path, _OWNER_FILE))
-    if owner is None or runsc.is_running(*owner):
-      continue
-    pids = set(runsc.processes_naming(path))
-    for sb_dir in glob.glob(os.path.join(path, "sb*")):
-      host = _read_owner(os.path.join(sb_dir, _HOST_FILE))
-      if host is not None and runsc.is_running(*host):
-        pids.add(host[0])
-      removed["sandboxes"] += 1
-    for pid in pids:
-      try:
-        os.kill(pid, 9)
-        removed["processes"] += 1
-      except OSError:
-        pass
-    state_root = os.path.join(path, "runsc-state")
-    ids = runsc.leftover_ids(state_root)
-    if ids:
-      binary = binary or runsc.find_runsc(runsc_path)
-      if binary is None:
-        _log.warning("cannot delete %s's containers: no runsc", path)
-        continue
-      for cid in ids:
-        runsc.destroy(binary, state_root, cid, 0)
-    shutil.rmtree(path, ignore_errors=True)
-    removed["directories"] += 1
-  if removed["directories"]:
-    _log.info(
-        "removed %d sandboxes (%d host processes) and %d state directories"
-        " left by dead trainers",
-        removed["sandboxes"],
-        removed["processes"],
-        removed["directories"],
-    )
-  return removed
 
 
 def _clean_call(r: Any) -> dict:

@@ -57,7 +57,7 @@ def probe(pool, code, *, keep=False, source=PROBE):
 
 def assert_pool_works(pool):
   """The pool still creates, steps and closes environments correctly."""
-  handles = [pool.create(PROBE) for _ in range(2 * pool.num_sandboxes)]
+  handles = [pool.create(PROBE) for _ in range(2 * pool.options.num_sandboxes)]
   for h in handles:
     assert pool.reset(h, 1)[0] == "ready"
   out = pool.step_many(

@@ -148,25 +148,32 @@ result = repr((
 
 
 @pytest.mark.parametrize(
-    "loop",
-    ["while True:\n  pass", "import itertools\nsum(itertools.repeat(1))"],
+    "loop, stopped_by",
+    [
+        ("while True:\n  pass", f"past its {CALL_TIMEOUT_S} s limit"),
+        (
+            "import itertools\nsum(itertools.repeat(1))",
+            "did not yield to its timer; the program's process was killed",
+        ),
+    ],
     ids=["python_loop", "c_loop"],
 )
-def test_infinite_loops_stopped_at_the_call_budget(gvisor_pool, loop):
+def test_infinite_loops_stopped_at_the_call_budget(
+    gvisor_pool, loop, stopped_by
+):
   handle = gvisor_pool.create(PROBE)
   gvisor_pool.reset(handle, 0)
   before = gvisor_pool.stats()
-  start = time.monotonic()
   out = gvisor_pool.step(handle, loop)
-  elapsed = time.monotonic() - start
   assert out == {
       "ok": False,
       "reason": "call_timeout",
       "message": out["message"],
   }
-  # The Python loop is stopped by the program's timer, the C loop (which
-  # never yields to it) by the worker killing the process.
-  assert CALL_TIMEOUT_S <= elapsed < CALL_TIMEOUT_S + 2.0
+  # The call budget stopped it, not the host's deadline ("sandbox_lost"):
+  # the Python loop by the program's timer (or the worker), the C loop
+  # (which never yields to the timer) by the worker killing the process.
+  assert stopped_by in out["message"], out
   # No sandbox was replaced, and the episode is over.
   assert [s["name"] for s in gvisor_pool.stats()] == [s["name"] for s in before]
   again = gvisor_pool.step(handle, "result = 1")
@@ -200,7 +207,7 @@ def test_gradual_memory_bomb_stopped(gvisor_pool):
   assert "MemoryError" in big["message"]
   # The host gave the bomb at most its limit (plus slack for the rest of the
   # machine), never the gigabytes it asked for.
-  limit = gvisor_pool.memory_mb << 20
+  limit = gvisor_pool.options.memory_mb << 20
   assert _mem_available() > host_before - limit - (768 << 20)
   assert_pool_works(gvisor_pool)
 
@@ -227,7 +234,7 @@ while True:
     time.sleep(0.2)
   assert processes(gvisor_pool) == [1, 1]
   for s in gvisor_pool.stats():
-    assert s["host_tasks"] < gvisor_pool.max_host_tasks
+    assert s["host_tasks"] < gvisor_pool.options.max_host_tasks
   assert_pool_works(gvisor_pool)
 
 
@@ -250,8 +257,8 @@ def test_gigabytes_of_output_capped(gvisor_pool):
       "\n  sys.stderr.write('z' * (1 << 20))",
       timeout_s=3.0,
   )
-  assert 0 < len(run["stdout"]) <= gvisor_pool.output_cap
-  assert len(run["stderr"]) <= gvisor_pool.output_cap
+  assert 0 < len(run["stdout"]) <= gvisor_pool.options.output_cap_bytes
+  assert len(run["stderr"]) <= gvisor_pool.options.output_cap_bytes
   assert set(run["stdout"]) == {"y"}
   assert_pool_works(gvisor_pool)
 
@@ -386,5 +393,5 @@ def test_hundreds_of_create_close_cycles_leave_nothing(gvisor_pool):
   assert len(dirs) <= live, dirs
   assert len(procs) <= 2 * live, procs
   for s in stats:
-    assert s["host_tasks"] < gvisor_pool.max_host_tasks
+    assert s["host_tasks"] < gvisor_pool.options.max_host_tasks
   assert_pool_works(gvisor_pool)

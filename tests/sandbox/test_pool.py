@@ -345,7 +345,7 @@ def test_config_default_is_gvisor_and_from_config_builds_a_pool():
   config.sandbox.warm_spare = False
   config_lib.validate(config)
   with SandboxPool.from_config(config.sandbox) as pool:
-    assert pool.backend == "none" and pool.num_sandboxes == 1
+    assert pool.options.backend == "none" and pool.options.num_sandboxes == 1
     assert probe(pool, "result = 6 * 7")["obs"] == "42"
 
 

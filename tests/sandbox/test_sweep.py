@@ -12,7 +12,7 @@ import pytest
 
 from spade.sandbox import SandboxPool
 from spade.sandbox import runsc
-from spade.sandbox.pool import sweep_orphans
+from spade.sandbox.sweep import sweep_orphans
 from tests.sandbox.conftest import PROBE
 from tests.sandbox.conftest import assert_pool_works
 
@@ -72,7 +72,7 @@ def test_a_killed_trainers_sandboxes_are_swept_on_start(caplog):
   assert os.path.isdir(seen["tmpdir"])
   listed = _runsc_list(seen["state_root"])
   assert all(name in listed for name in seen["names"]), listed
-  with caplog.at_level(logging.INFO, logger="spade.sandbox.pool"):
+  with caplog.at_level(logging.INFO, logger="spade.sandbox.sweep"):
     pool = SandboxPool("gvisor", 1, preload=(), warm_spare=False)
   try:
     assert pool.swept["directories"] >= 1
