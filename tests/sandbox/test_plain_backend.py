@@ -4,8 +4,6 @@ No isolation here (trusted code only): these tests check deadlines, crash
 reports, batching and program runs, which behave the same in every backend.
 """
 
-import time
-
 import pytest
 
 from spade.sandbox import SandboxPool
@@ -28,7 +26,6 @@ def test_batches_deadlines_and_crashes(plain_pool):
   handles = [plain_pool.create(program(i), {"tag": i}) for i in range(3)]
   infos = [plain_pool.reset(h, 5)[1] for h in handles]
   assert infos == [{"seed": 5, "kwargs": {"tag": i}} for i in range(3)]
-  start = time.monotonic()
   out = plain_pool.step_many(
       [
           (handles[0], "while True:\n  pass"),
@@ -36,9 +33,11 @@ def test_batches_deadlines_and_crashes(plain_pool):
           (handles[2], "result = 'fine'"),
       ]
   )
-  # The per-call budget (0.5 s by default) ends the loop's episode.
-  assert time.monotonic() - start < plain_pool.call_timeout_s + 1.0
-  assert out[0]["reason"] == "call_timeout"
+  # The per-call budget (0.5 s by default) ends the loop's episode, not the
+  # host's deadline on the whole request ("sandbox_lost").
+  assert out[0]["reason"] == "call_timeout", out[0]
+  budget = plain_pool.options.call_timeout_s
+  assert f"past its {budget} s limit" in out[0]["message"], out[0]
   assert out[1]["reason"] == "crash" and "code 7" in out[1]["message"]
   assert out[2] == {
       "ok": True,

@@ -7,7 +7,6 @@ a failure stays inside its program, and the per-call budgets in play.
 """
 
 import random
-import time
 
 import numpy as np
 import pytest
@@ -156,7 +155,7 @@ def test_call_timeout_and_output_cap_end_only_that_episode(gvisor_pool):
   other = gvisor_pool.create(program("bystander"))
   for h in same + [other]:
     gvisor_pool.reset(h, 0)
-  start = time.monotonic()
+  before = [s["name"] for s in gvisor_pool.stats()]
   out = gvisor_pool.step_many(
       [
           (same[0], "while True:\n  pass"),
@@ -165,9 +164,10 @@ def test_call_timeout_and_output_cap_end_only_that_episode(gvisor_pool):
           (other, "result = 'other'"),
       ]
   )
-  elapsed = time.monotonic() - start
-  assert CALL_TIMEOUT_S <= elapsed < CALL_TIMEOUT_S + 2.0
+  # The loop's call budget stopped it; no sandbox was replaced for it.
   assert out[0]["reason"] == "call_timeout", out[0]
+  assert f"past its {CALL_TIMEOUT_S} s limit" in out[0]["message"], out[0]
+  assert [s["name"] for s in gvisor_pool.stats()] == before
   assert out[1]["reason"] == "output_too_large", out[1]
   assert (out[2]["obs"], out[3]["obs"]) == ("fine", "other")
   # Both episodes are over; their program's process serves the third.
@@ -185,18 +185,26 @@ def test_call_timeout_and_output_cap_end_only_that_episode(gvisor_pool):
 @pytest.mark.parametrize("wait", ["pass", "time.sleep(1)"])
 def test_a_program_that_keeps_timing_out_does_not_stall(gvisor_pool, wait):
   slow = SLOW.replace("WAIT", wait)
-  start = time.monotonic()
   opened = gvisor_pool.open_many(
       [{"source": slow, "seed": s} for s in range(12)]
       + [{"source": program("quick"), "seed": 0}]
   )
-  elapsed = time.monotonic() - start
   # Twelve resets of 5 s each, over a 0.5 s budget: after two timeouts in
   # a batch the program's other calls are refused (or its process is killed
-  # at the first), so the request costs about two budgets, not sixty
-  # seconds.
-  assert elapsed < 2 * CALL_TIMEOUT_S + 2.5, elapsed
+  # at the first), so the request costs at most two budgets, not sixty
+  # seconds: at most two resets ran to their budget, none to its end.
   assert [o["reason"] for o in opened[:12]] == ["call_timeout"] * 12
+  ran = [
+      o
+      for o in opened[:12]
+      if o["message"].startswith(("the call ran", "a call ran past"))
+  ]
+  assert 1 <= len(ran) <= 2, opened[:12]
+  for o in opened[:12]:
+    assert o in ran or (
+        "its other calls in it are refused" in o["message"]
+        or "the program's process was killed" in o["message"]
+    ), o
   assert opened[12]["ok"] and opened[12]["obs"] == "ready"
   gvisor_pool.close_env(opened[12]["handle"])
   assert sum(s["envs"] for s in gvisor_pool.stats()) == 0

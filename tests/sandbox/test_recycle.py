@@ -94,13 +94,10 @@ def test_host_deadline_replaces_a_stalled_sandbox(small_pool):
       check=True,
       capture_output=True,
   )
-  start = time.monotonic()
   out = pool.step(h, "result = 1")
-  elapsed = time.monotonic() - start
+  # Lost to the host's deadline, not to an exit of the worker.
   assert out["ok"] is False and out["reason"] == "sandbox_lost", out
-  assert "deadline" in out["message"]
-  budget = pool.step_timeout_s + pool.host_grace_s
-  assert budget <= elapsed < budget + 5.0
+  assert "missed the host deadline" in out["message"], out
   assert runsc.wait_gone(victim["host_pid"], 30.0)
   pool.close_env(h)
   assert_pool_works(pool)
