@@ -282,6 +282,10 @@ def base_config() -> ConfigDict:
   # recompute_delayed_env_rewards_blend), or from the whole window's,
   # "window" (ours before); the plateau always uses the whole window.
   c.regret.timing = "matched"
+  # The window's designer reward (`spade.regret.delayed.WINDOW_REWARDS`, the
+  # reference's --spade-env-reward-variant): "blend" (the games recipe),
+  # "regret_based", "micro_lp", "solve_rate", "learning_potential".
+  c.regret.window_reward = "blend"
   # Designer rewards are multiplied by min(#actor rows / #design rows x
   # regeneration interval, this) (utils/rewards.compute_env_reward_scale,
   # --spade-max-env-reward-scale 50); 0 turns the weight off.
@@ -468,6 +472,10 @@ _CHOICES = {
     "designer.hint_source": ("writer", "program"),
     "regret.agent_advantage": ("center", "normalize"),
     "regret.timing": ("matched", "window"),
+    "regret.window_reward": (
+        "blend", "regret_based", "micro_lp", "solve_rate",
+        "learning_potential",
+    ),  # fmt: skip
     "designer.code_extraction": ("reference", "longest_class"),
     "agent.action": ("parse", "raw"),
     "agent.unfinished_reply": ("end", "step"),

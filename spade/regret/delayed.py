@@ -1,0 +1,276 @@
+"""Designer rewards over a regeneration window, as the reference computes them.
+
+The reference trains each design a fixed delay after it was sampled (4
+rollouts, the regeneration interval) and scores it then, from every
+unhinted play of its environment over the window
+(`spade/core/utils/delayed_env_rewards.py`; the plays are bucketed by step
+offset in `spade/slime/spade_rollout.py`) and the hinted plays of the
+regeneration step. Inputs here, all masked:
+
+  window  f32[E, S, K]  raw unhinted returns, step offset s of the window
+                        (s = 0: the regeneration step), play k
+  wmask   bool[E, S, K]
+  hint    f32[E, H]     the regeneration step's hinted returns
+  hmask   bool[E, H]
+
+Raw signals per environment (f32[E]), selected by name (`WINDOW_REWARDS`,
+the reference's `--spade-env-reward-variant`):
+
+  blend               regret_weight * clip((r_hint - r_nohint) / regret_scale,
+                      0, 1) + plateau_weight * plateau(window win rate);
+                      r_nohint is the regeneration step's plays only
+                      ("matched" timing, `recompute_delayed_env_rewards_blend`)
+                      or the whole window's ("window", ours before); the
+                      plateau always takes the whole window.
+  regret_based        max(0, r_hint - mean of the whole window), and
+                      `timeout_penalty` (-0.5) for an environment whose
+                      step() timed out (`recompute_delayed_env_rewards_regret`).
+  micro_lp            max(0, late half mean - early half mean) over the steps
+                      that have plays, the middle step in the late half; 0
+                      with fewer than 2 such steps
+                      (`recompute_delayed_env_rewards_micro_lp`).
+  solve_rate          plateau(window win rate) alone (the recipe's
+                      `REWARD_VARIANT=solve_rate`: the blend at plateau weight
+                      1, regret weight 0).
+  learning_potential  |window mean - mu_slow(skill)|, after the skill's
+                      trackers took the skill's window mean
+                      (`recompute_delayed_env_rewards` with update_lp;
+                      `learning_potential.LearningPotential`). Its state is
+                      `LPState`, passed in and out.
+
+Win rate is the mean raw return, as the reference's `_mean_or_zero` of the
+plays. `centre_per_skill` is the shared tail (`_apply_centered_rewards`):
+each kept row minus its skill's mean, times `env_reward_scale`, the weight
+min(#actor rows / #design rows x regeneration interval, 50)
+(`utils/rewards.compute_env_reward_scale`). A blend below 0 is left out of
+the update (`proposer_masked`); with the recipe's floored regret it never is.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from spade.regret import estimators
+
+Array = jax.Array
+
+WINDOW_REWARDS = (
+    "blend",
+    "regret_based",
+    "micro_lp",
+    "solve_rate",
+    "learning_potential",
+)
+
+
+def _mean(x: Array, m: Array, axis) -> Array:
+  """Masked mean, 0 where empty (the reference's `_mean_or_zero`)."""
+  m = m.astype(jnp.float32)
+  return jnp.sum(jnp.where(m > 0, x, 0.0), axis=axis) / jnp.maximum(
+      jnp.sum(m, axis=axis), 1.0
+  )
+
+
+def window_win_rate(window: Array, wmask: Array) -> Array:
+  """Mean raw return over every play of the window: f32[E]."""
+  return _mean(window, wmask, (1, 2))
+
+
+def hint_rate(hint: Array, hmask: Array) -> Array:
+  """r_hint, the mean hinted return of the regeneration step: f32[E]."""
+  return _mean(hint, hmask, 1)
+
+
+def matched_nohint(window: Array, wmask: Array) -> Array:
+  """Mean unhinted return at the window's first step with plays (the
+  reference's `offsets[0]`, the regeneration step when it has plays)."""
+  present = jnp.any(wmask, axis=2)  # [E, S]
+  first = jnp.argmax(present, axis=1)  # 0 when none
+  step = jnp.take_along_axis(window, first[:, None, None], axis=1)[:, 0]
+  smask = jnp.take_along_axis(wmask, first[:, None, None], axis=1)[:, 0]
+  return _mean(step, smask, 1)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "timing",
+        "regret_weight",
+        "regret_scale",
+        "plateau_weight",
+        "plateau_lo",
+        "plateau_hi",
+        "plateau_ramp",
+    ),
+)
+def blend(
+    window: Array,
+    wmask: Array,
+    hint: Array,
+    hmask: Array,
+    *,
+    timing: str = "matched",
+    regret_weight: float = 0.4,
+    regret_scale: float = 0.15,
+    plateau_weight: float = 0.6,
+    plateau_lo: float = 0.4,
+    plateau_hi: float = 0.6,
+    plateau_ramp: float = 0.25,
+) -> Array:
+  """The recipe's blend (see the module docstring): f32[E]."""
+  if timing == "matched":
+    nohint = matched_nohint(window, wmask)
+  elif timing == "window":
+    nohint = window_win_rate(window, wmask)
+  else:
+    raise ValueError(
+        f"unknown timing {timing!r}; set config.regret.timing to 'matched'"
+        " or 'window'"
+    )
+  regret = hint_rate(hint, hmask) - nohint
+  regret_term = jnp.clip(regret / regret_scale, 0.0, 1.0)
+  rate = window_win_rate(window, wmask)
+  return regret_weight * regret_term + plateau_weight * estimators.plateau(
+      rate, plateau_lo, plateau_hi, plateau_ramp
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("timeout_penalty",))
+def regret_based(
+    window: Array,
+    wmask: Array,
+    hint: Array,
+    hmask: Array,
+    timed_out: Array,
+    *,
+    timeout_penalty: float = -0.5,
+) -> Array:
+  """max(0, r_hint - whole-window mean); the penalty where step() timed out."""
+  regret = hint_rate(hint, hmask) - window_win_rate(window, wmask)
+  return jnp.where(timed_out, timeout_penalty, jnp.maximum(regret, 0.0))
+
+
+@jax.jit
+def micro_lp(window: Array, wmask: Array) -> Array:
+  """max(0, late - early) over the steps with plays: f32[E]."""
+  present = jnp.any(wmask, axis=2)  # [E, S]
+  n = jnp.sum(present, axis=1)  # steps with plays
+  rank = jnp.cumsum(present, axis=1) - 1
+  mid = (n // 2)[:, None]
+  early = wmask & (present & (rank < mid))[..., None]
+  late = wmask & (present & (rank >= mid))[..., None]
+  gain = _mean(window, late, (1, 2)) - _mean(window, early, (1, 2))
+  return jnp.where(n >= 2, jnp.maximum(gain, 0.0), 0.0)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("plateau_lo", "plateau_hi", "plateau_ramp")
+)
+def solve_rate(
+    window: Array,
+    wmask: Array,
+    *,
+    plateau_lo: float = 0.4,
+    plateau_hi: float = 0.6,
+    plateau_ramp: float = 0.25,
+) -> Array:
+  """plateau(window win rate): f32[E]."""
+  return estimators.plateau(
+      window_win_rate(window, wmask), plateau_lo, plateau_hi, plateau_ramp
+  )
+
+
+class LPState(NamedTuple):
+  """Per-skill learning-potential trackers (f32[G], f32[G], bool[G])."""
+
+  mu_fast: Array
+  mu_slow: Array
+  seen: Array
+
+
+def lp_init(num_skills: int) -> LPState:
+  """Trackers that have seen nothing (the reference's None means)."""
+  z = jnp.zeros((num_skills,), jnp.float32)
+  return LPState(z, z, jnp.zeros((num_skills,), bool))
+
+
+@functools.partial(jax.jit, static_argnames=("gamma_fast", "gamma_slow"))
+def learning_potential(
+    window: Array,
+    wmask: Array,
+    skill: Array,
+    state: LPState,
+    *,
+    gamma_fast: float = 0.98,
+    gamma_slow: float = 0.85,
+) -> tuple[Array, LPState]:
+  """|game window mean - mu_slow(skill)| after the skill's update.
+
+  Each skill's trackers first take the mean of all its games' window plays
+  (the first value sets both means; then mu = (1 - gamma) mu + gamma x, the
+  reference's weights on the new value, --spade-gamma1 / --spade-gamma2);
+  a skill with no plays keeps its trackers. A game with no plays scores 0.
+
+  Returns:
+    (f32[E] raw signals, the updated state).
+  """
+  g = state.mu_fast.shape[0]
+  onehot = jax.nn.one_hot(skill, g, dtype=jnp.float32)  # [E, G]
+  wm = wmask.astype(jnp.float32)
+  plays = jnp.sum(wm, axis=(1, 2))  # [E]
+  total = jnp.sum(jnp.where(wmask, window, 0.0), axis=(1, 2))
+  skill_plays = plays @ onehot
+  skill_mean = (total @ onehot) / jnp.maximum(skill_plays, 1.0)
+  has = skill_plays > 0
+  fast = jnp.where(
+      state.seen,
+      (1 - gamma_fast) * state.mu_fast + gamma_fast * skill_mean,
+      skill_mean,
+  )
+  slow = jnp.where(
+      state.seen,
+      (1 - gamma_slow) * state.mu_slow + gamma_slow * skill_mean,
+      skill_mean,
+  )
+  new = LPState(
+      jnp.where(has, fast, state.mu_fast),
+      jnp.where(has, slow, state.mu_slow),
+      state.seen | has,
+  )
+  baseline = jnp.where(new.seen, new.mu_slow, 0.0)[skill]
+  game_mean = total / jnp.maximum(plays, 1.0)
+  return jnp.where(plays > 0, jnp.abs(game_mean - baseline), 0.0), new
+
+
+def env_reward_scale(
+    num_actor_rows: int,
+    num_design_rows: int,
+    regeneration_interval: int,
+    max_scale: float = 50.0,
+) -> float:
+  """min(#actor rows / #design rows x interval, max_scale); 1 when either
+  count is 0 (`compute_env_reward_scale`); max_scale <= 0 turns it off."""
+  if max_scale <= 0 or num_actor_rows <= 0 or num_design_rows <= 0:
+    return 1.0
+  return min(
+      num_actor_rows / num_design_rows * regeneration_interval, max_scale
+  )
+
+
+@jax.jit
+def centre_per_skill(
+    raw: Array, skill: Array, keep: Array, scale: Array | float = 1.0
+) -> Array:
+  """(raw - mean of the kept rows of its skill) x scale; 0 where not kept.
+
+  keep: the designs that are trained (valid, and for the blend raw >= 0).
+  """
+  same = (skill[:, None] == skill[None, :]) & keep[None, :]
+  same = same.astype(jnp.float32)
+  r = jnp.where(keep, raw, 0.0)
+  mean = same @ r / jnp.maximum(jnp.sum(same, axis=1), 1.0)
+  return jnp.where(keep, (raw - mean) * scale, 0.0)
