@@ -3,18 +3,18 @@
 `spade-rl/spade` `cmd/games/train_spade_30b.sh` (with the defaults of
 `spade/core/types.py` where the script sets nothing) trains
 Qwen3-30B-A3B-Instruct; any supported model stands in here (default:
-Qwen2.5-Coder-0.5B-Instruct from its GGUF, the one reachable on a CPU). The
-table in docs/recipe.md lists every knob with the reference's value and
-ours. Run:
+Qwen2.5-Coder-0.5B-Instruct from its GGUF, the one reachable on a CPU).
+`docs/reference_recipe.md` lists every knob with the reference's value and
+file, ours, and the named alternatives. Run:
 
   python -m spade.main --config=configs/reference_recipe.py \
       --workdir=/tmp/reference_recipe
   python -m spade.main --config=configs/reference_recipe.py:runlocal \
       --workdir=/tmp/reference_recipe_runlocal
 
-The full recipe needs an accelerator slice (24 environments x 16 + 16 plays
-x 25 turns x 8192 tokens per reply); `runlocal` keeps every behaviour and
-shrinks only the sizes, so it runs on a CPU.
+The full recipe needs an accelerator slice (24 environments x ceil(192 / 24)
+unhinted + 16 hinted plays x 25 turns x 8192 tokens per reply); `runlocal`
+keeps every behaviour and shrinks only the sizes, so it runs on a CPU.
 """
 
 import importlib.util
