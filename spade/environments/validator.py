@@ -10,215 +10,25 @@ accept it (see `contract`), unless it is hostile or a call runs past its
 budget; the stricter checks are recorded as the verdict's `properties`, and
 `require` (the config's `environments.require`) makes any of them necessary.
 
-`static_check` refuses the file, process, network and introspection escapes
-an AST pass can see. It is a filter that gives the designer a clear reason,
-not the security boundary: the sandbox stays the real wall.
+The static pass comes first (static_check.py: the escapes an AST shows, a
+filter that gives the designer a clear reason, not the security boundary);
+every call of program code then runs within its budget (budget.py).
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import dataclasses
 import inspect
 import io
 import math
-import signal
-import threading
 import time
 from typing import Any
 
+from spade.environments import budget
 from spade.environments import contract
 from spade.environments import runtime
+from spade.environments import static_check
 from spade.environments import tool_calls
-
-# Modules whose import is refused, by the escape each one is for.
-_DENIED_MODULES = {
-    **dict.fromkeys(
-        "os posix nt shutil pathlib tempfile glob fcntl mmap fileinput"
-        " zipfile tarfile sqlite3 shelve dbm".split(),
-        "file",
-    ),
-    **dict.fromkeys(
-        "subprocess multiprocessing threading _thread concurrent signal"
-        " resource pty pdb faulthandler atexit".split(),
-        "process",
-    ),
-    **dict.fromkeys(
-        "socket ssl urllib http requests httpx ftplib smtplib telnetlib"
-        " asyncio selectors select xmlrpc webbrowser aiohttp"
-        " socketserver".split(),
-        "network",
-    ),
-    **dict.fromkeys(
-        "ctypes cffi importlib imp builtins __builtin__ gc inspect code"
-        " codeop runpy zipimport marshal pickle".split(),
-        "introspection",
-    ),
-}
-
-# Calls of these builtins are refused.
-_DENIED_CALLS = {
-    "eval": "introspection",
-    "exec": "introspection",
-    "compile": "introspection",
-    "__import__": "introspection",
-    "globals": "introspection",
-    "breakpoint": "process",
-    "open": "file",
-    "input": "process",
-    "help": "process",
-    "exit": "process",
-    "quit": "process",
-}
-
-# Attribute names that reach interpreter internals (frames, globals,
-# the class graph that leads to every loaded class).
-_DENIED_ATTRS = frozenset(
-    "__subclasses__ __globals__ __builtins__ __code__ __closure__ __bases__"
-    " __base__ __mro__ __self__ __loader__ __spec__ __import__ __reduce__"
-    " __reduce_ex__ __getattribute__ __dictoffset__ mro f_globals f_locals"
-    " f_back f_builtins f_code gi_frame gi_code cr_frame cr_code ag_frame"
-    " tb_frame tb_next func_globals".split()
-)
-
-# Names that must not be read or rebound.
-_DENIED_NAMES = frozenset("__builtins__ __loader__ __spec__ __import__".split())
-
-# sys attributes that open an escape or end the process.
-_DENIED_SYS = frozenset(
-    "modules _getframe settrace setprofile exit meta_path path_hooks"
-    " path_importer_cache addaudithook _current_frames stdin __stdout__"
-    " __stderr__ __stdin__ breakpointhook excepthook setrecursionlimit"
-    " monitoring remote_exec".split()
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-  """Why a program was refused before it ran.
-
-  Attributes:
-    reason: a short code from `contract.REASONS` ("syntax" or "static").
-    message: what was wrong and what to do.
-    lineno: the program line, when known.
-  """
-
-  reason: str
-  message: str
-  lineno: int | None = None
-
-
-class _Escapes(ast.NodeVisitor):
-  """Collects the first escape attempt the AST shows."""
-
-  def __init__(self):
-    self.found: Verdict | None = None
-    self._sys_aliases = set()
-
-  def _refuse(self, node: ast.AST, kind: str, what: str) -> None:
-    if self.found is None:
-      line = getattr(node, "lineno", None)
-      self.found = Verdict(
-          "static",
-          f"{kind} escape refused: {what} (line {line}); environments may"
-          " use only in-memory computation with the standard library,"
-          " numpy and math_verify",
-          line,
-      )
-
-  def _check_module(self, node: ast.AST, name: str) -> None:
-    top = name.split(".")[0]
-    if top in _DENIED_MODULES:
-      self._refuse(node, _DENIED_MODULES[top], f"import of {name}")
-
-  def visit_Import(self, node: ast.Import) -> None:  # pylint: disable=invalid-name
-    for alias in node.names:
-      self._check_module(node, alias.name)
-      if alias.name == "sys":
-        self._sys_aliases.add(alias.asname or "sys")
-    self.generic_visit(node)
-
-  def visit_ImportFrom(self, node: ast.ImportFrom) -> None:  # pylint: disable=invalid-name
-    module = node.module or ""
-    self._check_module(node, module)
-    if module == "sys":
-      for alias in node.names:
-        if alias.name in _DENIED_SYS:
-          self._refuse(node, "introspection", f"from sys import {alias.name}")
-    if module == "io":
-      for alias in node.names:
-        if alias.name in ("open", "FileIO", "open_code"):
-          self._refuse(node, "file", f"from io import {alias.name}")
-    self.generic_visit(node)
-
-  def visit_Call(self, node: ast.Call) -> None:  # pylint: disable=invalid-name
-    func = node.func
-    if isinstance(func, ast.Name) and func.id in _DENIED_CALLS:
-      self._refuse(node, _DENIED_CALLS[func.id], f"call of {func.id}()")
-    if (
-        isinstance(func, ast.Name)
-        and func.id in ("getattr", "setattr", "delattr", "hasattr")
-        and len(node.args) >= 2
-        and isinstance(node.args[1], ast.Constant)
-        and isinstance(node.args[1].value, str)
-        and (
-            node.args[1].value.startswith("__")
-            or node.args[1].value in _DENIED_ATTRS
-        )
-    ):
-      self._refuse(
-          node,
-          "introspection",
-          f"{func.id}() of the special attribute {node.args[1].value!r}",
-      )
-    self.generic_visit(node)
-
-  def visit_Attribute(self, node: ast.Attribute) -> None:  # pylint: disable=invalid-name
-    if node.attr in _DENIED_ATTRS:
-      self._refuse(node, "introspection", f"attribute .{node.attr}")
-    if (
-        isinstance(node.value, ast.Name)
-        and node.value.id in self._sys_aliases
-        and node.attr in _DENIED_SYS
-    ):
-      self._refuse(node, "introspection", f"sys.{node.attr}")
-    if (
-        isinstance(node.value, ast.Name)
-        and node.value.id == "io"
-        and node.attr in ("open", "FileIO", "open_code")
-    ):
-      self._refuse(node, "file", f"io.{node.attr}")
-    self.generic_visit(node)
-
-  def visit_Name(self, node: ast.Name) -> None:  # pylint: disable=invalid-name
-    if node.id in _DENIED_NAMES:
-      self._refuse(node, "introspection", f"use of the name {node.id}")
-    self.generic_visit(node)
-
-
-def static_check(source: str) -> Verdict | None:
-  """Parses a program and looks for escape attempts.
-
-  Args:
-    source: the program's Python source.
-
-  Returns:
-    None when the program parses and shows no escape; otherwise a `Verdict`
-    with reason "syntax" or "static".
-  """
-  try:
-    tree = ast.parse(source)
-  except (SyntaxError, ValueError) as e:
-    line = getattr(e, "lineno", None)
-    return Verdict(
-        "syntax",
-        f"{type(e).__name__} (line {line}): {e}; fix the Python syntax",
-        line,
-    )
-  visitor = _Escapes()
-  visitor.visit(tree)
-  return visitor.found
 
 
 class _Reject(Exception):
@@ -241,10 +51,6 @@ class _Raised(Exception):
     super().__init__(message)
     self.message = message
     self.reason = reason
-
-
-class _OutOfTime(BaseException):
-  """Raised by the alarm so that `except Exception` in programs misses it."""
 
 
 class _CappedSink(io.TextIOBase):
@@ -324,95 +130,6 @@ def _size(x: Any, limit: int, depth: int = 0) -> int:
   return min(len(repr(x)), limit + 1) if _is_real(x) or x is None else 8
 
 
-class _Clock:
-  """The per-call and whole-validation budgets, with signals when possible.
-
-  A call is over budget when it has used `call_s` seconds of CPU time, or
-  `WALL_FACTOR` times that of wall time (a call that sleeps or blocks): CPU
-  time is what the program controls, so a loaded host does not turn a fast
-  program into an invalid one. ITIMER_PROF (CPU) and ITIMER_REAL (wall, also
-  the whole validation's budget) are armed for each call and re-fire every
-  `_REFIRE_S` (a program's bare `except:` may swallow one signal).
-  math_verify's signal.alarm() cancels ITIMER_REAL but not ITIMER_PROF, and
-  a call is also measured when it returns.
-  """
-
-  WALL_FACTOR = 4.0
-  _REFIRE_S = 0.05
-
-  def __init__(self, budget_s: float, call_s: float):
-    self.start = time.monotonic()
-    self.deadline = self.start + budget_s
-    self.call_s = call_s
-    self.call_start = (self.start, time.process_time())
-    self.call_limit = None
-    self.in_call = False
-    self.alarm = threading.current_thread() is threading.main_thread() and (
-        hasattr(signal, "setitimer")
-    )
-    self._old_handler = None
-
-  def over(self) -> bool:
-    """Whether the running call is past its budget."""
-    if self.call_limit is None:
-      return False
-    wall, cpu = self.call_start
-    return (
-        time.process_time() - cpu > self.call_limit
-        or time.monotonic() - wall > self.call_limit * self.WALL_FACTOR
-    )
-
-  def _on_alarm(self, signum, frame):
-    del signum, frame
-    if time.monotonic() >= self.deadline or (self.in_call and self.over()):
-      raise _OutOfTime()
-
-  def install(self) -> None:
-    if self.alarm:
-      self._old_handler = (
-          signal.signal(signal.SIGALRM, self._on_alarm),
-          signal.signal(signal.SIGPROF, self._on_alarm),
-      )
-
-  def uninstall(self) -> None:
-    if self.alarm:
-      signal.setitimer(signal.ITIMER_REAL, 0)
-      signal.setitimer(signal.ITIMER_PROF, 0)
-      # A timer signal raised just before the disarm can still be pending
-      # on another thread; delivered under the default action (terminate)
-      # it would kill the host process (it did: a test worker, twice). So
-      # a default handler comes back as "ignore".
-      for signum, old in zip(
-          (signal.SIGALRM, signal.SIGPROF), self._old_handler
-      ):
-        keep = old not in (None, signal.SIG_DFL)
-        signal.signal(signum, old if keep else signal.SIG_IGN)
-
-  def begin(self, call_s: float | None) -> None:
-    """Arms the timers for one call (None: only the whole budget)."""
-    now = time.monotonic()
-    if now >= self.deadline:
-      raise _OutOfTime()
-    self.call_start = (now, time.process_time())
-    self.call_limit = call_s
-    self.in_call = True
-    if self.alarm:
-      # math_verify swaps the handler around its own alarm: take it back.
-      if signal.getsignal(signal.SIGALRM) != self._on_alarm:
-        signal.signal(signal.SIGALRM, self._on_alarm)
-      left = self.deadline - now
-      wall = left if call_s is None else min(left, call_s * self.WALL_FACTOR)
-      signal.setitimer(signal.ITIMER_REAL, max(1e-3, wall), self._REFIRE_S)
-      if call_s is not None:
-        signal.setitimer(signal.ITIMER_PROF, max(1e-3, call_s), self._REFIRE_S)
-
-  def end(self) -> None:
-    self.in_call = False
-    if self.alarm:
-      signal.setitimer(signal.ITIMER_REAL, 0)
-      signal.setitimer(signal.ITIMER_PROF, 0)
-
-
 def _first_line(message: str) -> str:
   return message.split("\n", 1)[0][:300]
 
@@ -462,7 +179,7 @@ class _Run:
     self.clock.begin(self.clock.call_s)
     try:
       out = fn(*args, **kwargs)
-    except _OutOfTime:
+    except budget.OutOfTime:
       self.clock.end()
       if time.monotonic() >= self.clock.deadline:
         raise
@@ -564,9 +281,9 @@ class _Run:
 
   def run(self) -> None:
     """Runs every check; fills `self.result`."""
-    verdict = static_check(self.source)
-    if verdict is not None:
-      raise _Reject(verdict.reason, verdict.message)
+    finding = static_check.check(self.source)
+    if finding is not None:
+      raise _Reject(finding.reason, finding.message)
     self.clock.begin(None)
     try:
       cls, names = runtime.load_program_with_candidates(
@@ -963,7 +680,7 @@ def validate_program(
     raise TypeError(f"source must be a str of Python, got {type(source)}")
   require = tuple(require)
   check_require(require)
-  clock = _Clock(time_budget_s, call_timeout_s)
+  clock = budget.Clock(time_budget_s, call_timeout_s)
   options = dict(
       smoke_steps=smoke_steps, max_output_chars=max_output_chars, seed=seed
   )
@@ -975,7 +692,7 @@ def validate_program(
       run.run()
   except _Reject as f:
     run.result.update(valid=False, reason=f.reason, message=f.message)
-  except _OutOfTime:
+  except budget.OutOfTime:
     run.result.update(
         valid=False,
         reason="timeout",

@@ -7,6 +7,7 @@ import pytest
 
 from spade import config as config_lib
 from spade.environments import contract
+from spade.environments import static_check
 from spade.environments import validator
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -327,9 +328,10 @@ ESCAPES = [
 
 @pytest.mark.parametrize("snippet", ESCAPES)
 def test_static_pass_refuses_escapes(snippet):
-  verdict = validator.static_check(snippet + "\n" + GOOD)
-  assert verdict is not None and verdict.reason == "static", snippet
-  assert "escape refused" in verdict.message
+  finding = static_check.check(snippet + "\n" + GOOD)
+  assert isinstance(finding, static_check.StaticFinding), snippet
+  assert finding.reason == "static", snippet
+  assert "escape refused" in finding.message
   v = validator.validate_program(snippet + "\n" + GOOD)
   assert (v["valid"], v["reason"]) == (False, "static")
 
@@ -346,12 +348,12 @@ def test_static_pass_refuses_escapes(snippet):
     ],
 )
 def test_static_pass_allows_ordinary_code(snippet):
-  assert validator.static_check(GOOD + "\n" + snippet + "\n") is None
+  assert static_check.check(GOOD + "\n" + snippet + "\n") is None
 
 
 def test_static_check_reports_syntax():
-  verdict = validator.static_check("def f(:\n")
-  assert verdict.reason == "syntax" and verdict.lineno == 1
+  finding = static_check.check("def f(:\n")
+  assert finding.reason == "syntax" and finding.lineno == 1
 
 
 def test_a_late_timer_signal_does_not_kill_the_host():
