@@ -5,8 +5,8 @@ read-only root, tmpfs `/tmp`) whose init is `spade/sandbox/worker.py`,
 speaking JSON lines over the pipes of the `runsc` process. Every environment
 program runs in a forked child of that worker under its own uid with
 rlimits, and each of its episodes is an instance of its class in that child
-(see worker.py and program_child.py), so one sandbox serves many episodes at ~0.3 ms a step and
-an episode costs memory, not a process.
+(see worker.py and program_child.py), so one sandbox serves many episodes
+at ~0.3 ms a step and an episode costs memory, not a process.
 
 The host side (this module) routes calls to the sandbox that holds an
 episode, keeps a program's episodes in one sandbox, batches the steps and
