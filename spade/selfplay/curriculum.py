@@ -88,14 +88,19 @@ class LoopState:
     return self.archive.prompt_examples(document, n)
 
   def archive_add(
-      self, code: str, verdict: dict, iteration: int, doc_id, parent=None
+      self,
+      code: str,
+      verdict: records.Verdict,
+      iteration: int,
+      doc_id,
+      parent=None,
   ):
     """Adds a design; returns (entry id, id it duplicates or None)."""
     if not self.config.memory.enabled:
       return None, None
     return self.archive.add(
         code,
-        verdict=verdict,
+        verdict=verdict.to_dict(),
         iteration=iteration,
         grounding_id=doc_id,
         parent=parent,

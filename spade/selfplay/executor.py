@@ -17,6 +17,7 @@ from spade.agent import rollout
 from spade.environments import validator as validator_lib
 from spade.sandbox import pool as pool_lib
 from spade.selfplay import multihost
+from spade.selfplay import records
 
 
 class Executor:
@@ -33,7 +34,7 @@ class Executor:
       self._pool = pool_lib.SandboxPool.from_config(self.config.sandbox)
     return self._pool
 
-  def validate(self, codes: list[str]) -> list[dict]:
+  def validate(self, codes: list[str]) -> list[records.Verdict]:
     """Verdicts for every program; each process validates its own slice."""
     mine = list(multihost.slice_for_process(len(codes)))
     # sandbox.call_timeout_s and environments.require, read by the validator.
@@ -45,7 +46,7 @@ class Executor:
         list(zip(mine, verdicts)), tag="validate"
     ):
       merged.update({int(i): v for i, v in part})
-    return [merged[i] for i in range(len(codes))]
+    return [records.Verdict.from_dict(merged[i]) for i in range(len(codes))]
 
   def episodes(self) -> rollout.PoolExecutor:
     """The rollout engine's `StepExecutor` over this pool."""

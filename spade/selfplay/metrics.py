@@ -1,5 +1,7 @@
 """Metrics: `WORKDIR/metrics.jsonl` and TensorBoard, written by process 0.
 
+`iteration_metrics` builds an iteration's row from its records, in one place.
+
 Every line of metrics.jsonl is one JSON object with `step` and flat
 `section/name` keys, the format big_vision keeps beside `config.json`.
 TensorBoard event files go to `WORKDIR/tb` through tensorboardX (clu's writers
@@ -11,9 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
+import numpy as np
+
+from spade.selfplay import records
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -73,3 +78,97 @@ class MetricWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def iteration_metrics(
+    *,
+    designs: Sequence[records.Design],
+    window: records.Window,
+    envs: Sequence[records.Environment],
+    episodes: Sequence[records.Episode],
+    scores: records.Scores,
+    window_scores: records.Scores,
+    stats: Any,
+    hinted_arm: bool,
+    closes: bool,
+    rows: tuple[int, int, int, int],
+    timings: records.Timings,
+    seconds: float,
+    prefill: tuple[int, int, int],
+    extra: Mapping[str, float],
+) -> dict[str, float]:
+  """One iteration's metrics.jsonl row (without `step`).
+
+  Args:
+    designs: the designs made this iteration (none between regenerations).
+    window: the regeneration window, with this iteration's plays added.
+    envs: the environments played.
+    episodes: this iteration's episodes.
+    scores: scores of this iteration's plays.
+    window_scores: scores of every play of the window (regret, designer
+      reward, memory stats come from these).
+    stats: the rollout's `RolloutStats`.
+    hinted_arm: whether the hinted arm was played.
+    closes: whether the window closed (designer rows made).
+    rows: (agent rows updated on, designer rows updated on, rows made this
+      iteration with signal, rows made in all).
+    timings: the phases' summed `Timings`.
+    seconds: the iteration's wall time.
+    prefill: (prompt tokens, saved, carried) the sampler counted.
+    extra: the phases' own metrics (design, update, memory), merged last.
+  """
+  agent_rows, designer_rows, signal, total = rows
+  reasons: dict[str, int] = {}
+  for d in designs:
+    if not d.valid:
+      reasons[d.verdict.reason] = reasons.get(d.verdict.reason, 0) + 1
+  lengths = [len(ep.turns) for ep in episodes] or [0]
+  summary = window_scores.summary
+  out = {
+      "designer/num_designs": float(len(designs)),
+      "designer/valid_rate": (
+          float(np.mean([d.valid for d in designs])) if designs else 0.0
+      ),
+      "designer/reward_mean": (
+          float(window_scores.design_reward.mean()) if window.designs else 0.0
+      ),
+      "designer/window_closed": float(closes),
+      "regret/mean": summary["regret_mean"],
+      "agent/return_hint": summary["return_hint"],
+      "agent/return_nohint": scores.summary["return_nohint"],
+      "agent/window_return_nohint": summary["return_nohint"],
+      "agent/hint_gap": summary["return_hint"] - summary["return_nohint"],
+      "agent/hinted_arm": float(hinted_arm),
+      "agent/episodes": float(len(episodes)),
+      "agent/episode_length_mean": float(np.mean(lengths)),
+      "agent/episode_length_max": float(np.max(lengths)),
+      "agent/episode_errors": float(
+          sum(ep.error is not None for ep in episodes)
+      ),
+      "agent/env_failed_episodes": float(sum(ep.env_failed for ep in episodes)),
+      "agent/tool_calls": float(stats.tool_calls),
+      "agent/num_envs": float(len(envs)),
+      "agent/seed_envs": float(sum(e.origin in ("seed", "pool") for e in envs)),
+      "train/rows_with_signal": float(signal),
+      "train/rows_total": float(total),
+      "update/agent_rows": float(agent_rows),
+      "update/designer_rows": float(designer_rows),
+      "tokens/sampled": float(
+          stats.tokens_sampled + sum(len(d.completion_ids) for d in designs)
+      ),
+      # Prompt tokens the sampler would prefill row by row, the share its
+      # prefix and identical-prompt sharing and carried caches saved, and
+      # the history tokens carried from an episode's last turn.
+      "tokens/prefill": float(prefill[0]),
+      "tokens/prefill_saved": float(prefill[1]),
+      "tokens/carried": float(prefill[2]),
+      "time/sampling_s": timings.sampling,
+      "time/sandbox_s": timings.sandbox,
+      "time/rollout_sandbox_s": stats.sandbox_s,
+      "time/sandbox_hidden_s": stats.sandbox_hidden_s,
+      "time/update_s": timings.update,
+      "time/iteration_s": seconds,
+  }
+  out.update({f"designer/invalid/{r}": float(n) for r, n in reasons.items()})
+  out.update(extra)
+  return out

@@ -162,7 +162,23 @@ class Environment:
     return cls(**d)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class Timings:
+  """Seconds a phase spent sampling, in the sandbox and updating."""
+
+  sampling: float = 0.0
+  sandbox: float = 0.0
+  update: float = 0.0
+
+  def __add__(self, other: "Timings") -> "Timings":
+    return Timings(
+        self.sampling + other.sampling,
+        self.sandbox + other.sandbox,
+        self.update + other.update,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Window:
   """A regenerated pool and every play of it over its window.
 
@@ -183,13 +199,18 @@ class Window:
   designs: list[Design]
   plays: list[list[list[float]]]
 
-  def add(self, returns: np.ndarray, mask: np.ndarray) -> None:
-    """Appends one iteration's returns f32[E, K, 2] where mask is True."""
-    for e in range(len(self.envs)):
-      for h in (0, 1):
-        self.plays[e][h].extend(
-            float(r) for r, m in zip(returns[e, :, h], mask[e, :, h]) if m
-        )
+  def with_plays(self, returns: np.ndarray, mask: np.ndarray) -> "Window":
+    """This window with one iteration's returns f32[E, K, 2] added where
+    `mask` is True."""
+    plays = [
+        [
+            list(self.plays[e][h])
+            + [float(r) for r, m in zip(returns[e, :, h], mask[e, :, h]) if m]
+            for h in (0, 1)
+        ]
+        for e in range(len(self.envs))
+    ]
+    return dataclasses.replace(self, plays=plays)
 
   def arrays(self) -> tuple[np.ndarray, np.ndarray]:
     """The accumulated plays as returns f32[E, K, 2] with their mask."""

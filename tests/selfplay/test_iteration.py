@@ -13,8 +13,11 @@ from spade.agent import episodes as episodes_lib
 from spade.regret import scoring
 from spade.selfplay import batching
 from spade.selfplay import curriculum as curriculum_lib
+from spade.selfplay import design as design_lib
 from spade.selfplay import loop
+from spade.selfplay import play as play_lib
 from spade.selfplay import records
+from spade.selfplay import score as score_lib
 
 PROGRAM = '''
 class CountEnv:
@@ -55,7 +58,10 @@ class FakeEngine:
   def prefill_counts(self):
     return 0, 0, 0
 
-  def sample(self, prompts, *, role, max_new_tokens, temperature, seed):
+  def sample(
+      self, prompts, *, role, max_new_tokens, temperature, seed, progress=None
+  ):
+    del progress
     del max_new_tokens, temperature
     self.sampled.append((role, len(prompts)))
     # Each design phase samples programs, then writes their hints.
@@ -77,7 +83,7 @@ class FakeEngine:
     ]
 
   def validate(self, codes):
-    return [dict(self.verdict) for _ in codes]
+    return [records.Verdict.from_dict(self.verdict) for _ in codes]
 
   def update(self, agent_rows, designer_rows):
     self.updates.append((list(agent_rows), list(designer_rows)))
@@ -108,12 +114,23 @@ def _trainer(config, engine=None):
   t.state = curriculum_lib.LoopState(config)
   t.seeds = []
   t._pool_programs = None  # pylint: disable=protected-access
-  t._warned_prompt_cut = False  # pylint: disable=protected-access
   return t
 
 
-def _timer():
-  return {"sampling": 0.0, "sandbox": 0.0, "update": 0.0}
+def _design(t, it=0):
+  """The design phase of trainer `t`: (designs, its metrics)."""
+  out = design_lib.design(t.config, t.engine, t.envs, t.state, it)
+  return out.designs, out.metrics
+
+
+def _environments(t, it, designs):
+  return play_lib.environments(t.config, t.state, it, designs, t.pool_programs)
+
+
+def _score(config, designs, envs, episodes):
+  return score_lib.score(
+      config, designs, envs, *score_lib.returns(config, envs, episodes)
+  )
 
 
 def test_a_replayed_program_keeps_the_hint_written_for_it():
@@ -127,18 +144,18 @@ def test_a_replayed_program_keeps_the_hint_written_for_it():
       }
   )
   t = _trainer(c)
-  designs, _ = t.design(0, _timer())
+  designs, _ = _design(t)
   assert designs and all(d.valid for d in designs)
   written = designs[0].hint
   assert written and "Count to three" in written
-  replays = [e for e in t.environments(1, []) if e.origin == "replay"]
+  replays = [e for e in _environments(t, 1, []) if e.origin == "replay"]
   assert replays, "nothing was replayed"
   assert all(e.hint == written for e in replays)
 
 
 def test_designs_are_frozen_records():
   t = _trainer(_config())
-  designs, _ = t.design(0, _timer())
+  designs, _ = _design(t)
   d = designs[0]
   assert isinstance(d, records.Design) and isinstance(
       d.verdict, records.Verdict
@@ -180,11 +197,11 @@ def test_failed_environment_episodes_leave_their_group_and_the_update():
       _episode(0, 0, True, [1.0]),
       _episode(0, 1, True, [1.0]),
   ]
-  scores = t.score([], envs, episodes)
+  scores = _score(c, [], envs, episodes)
   assert not scores.mask[0, 1, 0] and scores.mask[0, 0, 0]
   # The only unhinted episode left has no one to be compared with: no
   # advantage, no row; the failed one is never a row.
-  agent_rows, _, _ = t.rows([], episodes, scores)
+  agent_rows, _ = score_lib.agent_rows(c, episodes, scores)
   assert agent_rows == []
 
 
@@ -205,17 +222,24 @@ def test_rows_only_where_there_is_signal_and_not_on_hinted_plays():
       _episode(1, 0, True, [0.0]),
       _episode(1, 1, True, [0.0]),
   ]
-  scores = t.score([], envs, episodes)
-  agent_rows, designer_rows, total = t.rows([], episodes, scores)
-  # Env 0's two unhinted episodes: 3 turns with advantages +-0.5 (centred,
-  # not divided by the std: the reference's setting).
+  scores = _score(c, [], envs, episodes)
+  agent_rows, total = score_lib.agent_rows(c, episodes, scores)
+  # Env 0's two unhinted episodes (returns 1 and 0): 3 turns with
+  # advantages +-1, z-scored per game as the reference does.
+  np.testing.assert_allclose(
+      sorted(r.advantage for r in agent_rows), [-1.0, 1.0, 1.0], 1e-6
+  )
+  assert total == 5  # unhinted turns only
+  c.regret.agent_advantage = "center"
+  agent_rows, _ = score_lib.agent_rows(
+      c, episodes, _score(c, [], envs, episodes)
+  )
   assert sorted(r.advantage for r in agent_rows) == [-0.5, 0.5, 0.5]
-  assert designer_rows == [] and total == 5  # unhinted turns only
 
   c.agent.train_on_hinted = True
   c.regret.agent_advantage = "normalize"
-  scores = t.score([], envs, episodes)
-  agent_rows, _, total = t.rows([], episodes, scores)
+  scores = _score(c, [], envs, episodes)
+  agent_rows, total = score_lib.agent_rows(c, episodes, scores)
   assert total == 9 and len(agent_rows) == 5  # env 0, both arms
 
 
@@ -263,14 +287,14 @@ def test_an_invalid_design_is_sampled_again_up_to_its_attempt_limit():
     def validate(self, codes):
       self.validated = getattr(self, "validated", 0) + 1
       ok = self.validated >= 3
-      return [{"valid": ok, "reason": "ok" if ok else "smoke"} for _ in codes]
+      return [records.Verdict(ok, "ok" if ok else "smoke") for _ in codes]
 
   engine = Flaky(c)
-  designs, extra = _trainer(c, engine).design(0, _timer())
+  designs, extra = _design(_trainer(c, engine))
   assert designs[0].valid and designs[0].attempt == 2
   assert extra["designer/attempts_mean"] == 3.0
   c.designer.max_attempts = 1
-  designs, _ = _trainer(c, Flaky(c)).design(0, _timer())
+  designs, _ = _design(_trainer(c, Flaky(c)))
   assert not designs[0].valid and designs[0].verdict.reason == "smoke"
 
 
@@ -279,7 +303,7 @@ def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
     (tmp_path / name).write_text(PROGRAM)
   c = _config(**{"train.mode": "fixed_pool", "train.pool_dir": str(tmp_path)})
   c.designer.num_envs = 4
-  envs = _trainer(c).environments(0, [])
+  envs = _environments(_trainer(c), 0, [])
   assert len(envs) == 4
   assert {e.name for e in envs} <= {"a.py", "b.py"}
   assert all(e.origin == "pool" for e in envs)
@@ -294,14 +318,14 @@ def test_fixed_pool_of_named_seeds():
   c.designer.num_envs = 2
   t = _trainer(c)
   t.seeds = [p for p in library.seed_programs() if not p.heldout]
-  envs = t.environments(0, [])
+  envs = _environments(t, 0, [])
   assert sorted(e.name for e in envs) == ["coin_change", "order_lookup"]
   assert all(e.origin == "seed" for e in envs)
   c.train.pool_seeds = ("order_lookup", "no_such_seed")
   t = _trainer(c)
   t.seeds = [p for p in library.seed_programs() if not p.heldout]
   with pytest.raises(ValueError, match="no_such_seed"):
-    t.environments(0, [])
+    _environments(t, 0, [])
 
 
 def test_delayed_designer_rows_survive_the_checkpoint():
@@ -353,14 +377,17 @@ def test_exchange_keys_are_deleted_once_every_process_read_them(monkeypatch):
   assert mine == [f"spade/{tag}/4/0"]
 
 
-def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it():
+def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
+    monkeypatch,
+):
   c = _config(**{"designer.num_envs": 2, "designer.samples_per_prompt": 2})
   c.designer.regeneration_interval = 2
   c.memory.enabled = False  # the fake's programs are near-duplicates
   t = _trainer(c)
   calls = []
 
-  def play(it, envs, hinted_arm=True):
+  def play(config, engine, executor, it, envs, hinted_arm=True):
+    del config, engine, executor
     calls.append((it, [e.source for e in envs], hinted_arm))
     eps = []
     for e in range(len(envs)):
@@ -379,7 +406,7 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
         tool_calls=0,
     )
 
-  t.play = play
+  monkeypatch.setattr(play_lib, "play", play)
   m0 = t.iteration(0)
   assert t.state.window is not None and m0["designer/window_closed"] == 0.0
   assert t.engine.updates[-1][1] == []  # no designer rows before the end

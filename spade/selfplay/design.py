@@ -1,0 +1,274 @@
+"""Design: grounding + memory -> prompts -> programs -> verdicts -> hints.
+
+`design` samples the iteration's programs with the designer head, extracts
+their code, validates them in the sandbox (an invalid one is sampled again
+from the same prompt, up to `designer.max_attempts`, as the reference does),
+writes hints for the valid ones (before archiving, so a replay keeps them),
+archives them (near-duplicates rejected) and returns frozen `Design`s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from spade import console
+from spade.designer import extract
+from spade.designer import prompts as designer_prompts
+from spade.selfplay import records
+from spade.selfplay.seeding import seed_for
+
+
+@dataclasses.dataclass(frozen=True)
+class Designed:
+  """The design phase's products: designs, its timings, its metrics."""
+
+  designs: list[records.Design]
+  timings: records.Timings
+  metrics: dict[str, float]
+
+
+def fit(ids: list[int], budget: int, bos: int) -> list[int]:
+  """ids cut from the left to `budget`, keeping a leading BOS."""
+  if len(ids) <= budget:
+    return ids
+  if ids and ids[0] == bos:
+    return [bos] + ids[len(ids) - budget + 1 :]
+  return ids[-budget:]
+
+
+_WARNED_PROMPT_CUT: set[int] = set()
+
+
+def designer_prompt(
+    config: ml_collections.ConfigDict, engine, doc, examples, parent, spec
+) -> list[int]:
+  """Renders a designer prompt within the designer's prompt budget
+  (`engine.prompt_budget("designer")`, the one rule).
+
+  Memory examples are dropped (the last, least important, first), then the
+  grounding document is halved until it fits; only a budget that cannot hold
+  the instructions themselves cuts them (from the left, keeping BOS), with a
+  warning.
+  """
+  budget = engine.prompt_budget("designer")
+  examples = list(examples)
+  while True:
+    ids = engine.render(
+        designer_prompts.designer_messages(
+            doc,
+            examples,
+            parent,
+            family=spec.family,
+            skill=spec.skill,
+            difficulty=spec.difficulty,
+            seed=spec.seed,
+            max_turns=config.agent.max_turns,
+            program_hint=config.designer.hint_source == "program",
+        )
+    )
+    if len(ids) <= budget:
+      return ids
+    if examples:
+      examples.pop()
+    elif doc is not None and len(doc.text) > 200:
+      doc = dataclasses.replace(doc, text=doc.text[: len(doc.text) // 2])
+    else:
+      # Last resort (tiny models): the cut happens once, here, so the
+      # sampler and the trainer both see exactly these ids.
+      if budget not in _WARNED_PROMPT_CUT:
+        logging.warning(
+            "the designer's instructions take %d tokens, over its prompt"
+            " budget of %d (designer.max_prompt_tokens, model.max_len -"
+            " designer.max_new_tokens): cutting them from the left",
+            len(ids),
+            budget,
+        )
+        _WARNED_PROMPT_CUT.add(budget)
+      return fit(ids, budget, engine.tokenizer.bos_id)
+
+
+def write_hints(
+    config: ml_collections.ConfigDict,
+    engine,
+    it: int,
+    codes: list[str],
+    verdicts: list[records.Verdict],
+) -> tuple[list[records.Verdict], records.Timings]:
+  """Verdicts of valid programs with a written hint where one is needed.
+
+  `designer.hint_source="writer"` (the reference: a separate hint pass for
+  every program) writes one for each valid program; "program" (ours) only
+  for programs without their own `hint()`.
+  """
+  c = config
+  writer = c.designer.hint_source == "writer"
+  need = [
+      i
+      for i, v in enumerate(verdicts)
+      if v.valid and (writer or not v.has_hint)
+  ]
+  if not need:
+    return verdicts, records.Timings()
+  console.say("iteration %d: writing %d hints", it + 1, len(need))
+  # A hint may take up to half the context (the reference's 4096 tokens
+  # need a long one); its prompt, the program's code, gets the rest.
+  max_new = min(c.designer.hint_max_new_tokens, c.model.max_len // 2)
+  budget = c.model.max_len - max_new
+  t = time.perf_counter()
+  outs = engine.sample(
+      [
+          fit(
+              engine.render(designer_prompts.hint_messages(codes[i])),
+              budget,
+              engine.tokenizer.bos_id,
+          )
+          for i in need
+      ],
+      role="designer",
+      max_new_tokens=max_new,
+      temperature=c.designer.hint_temperature,
+      seed=seed_for(c.seed, it, "hint"),
+      progress=f"iteration {it + 1}: hint writer",
+  )
+  timings = records.Timings(sampling=time.perf_counter() - t)
+  out = list(verdicts)
+  for i, (_, _, text) in zip(need, outs):
+    out[i] = out[i].with_hint(extract.clean_hint(text))
+  return out, timings
+
+
+def _prompts(config, engine, state, it):
+  """The iteration's designer prompts, one row per sample, with each row's
+  skill group, document id, mutation parent id and skill."""
+  c = config
+  group = max(1, c.designer.samples_per_prompt)
+  docs = state.documents(max(1, c.designer.num_envs // group))
+  rows: list[tuple[list[int], int, Any, Any, str]] = []
+  mutate = np.random.default_rng(seed_for(c.seed, it, "mutate"))
+  skill_groups: dict[str, int] = {}
+  for g, doc in enumerate(docs):
+    examples = state.examples(doc, c.memory.num_examples)
+    parent = None
+    if mutate.random() < c.memory.mutation_fraction:
+      parent = state.mutation_parent(seed_for(c.seed, it, g))
+    spec = designer_prompts.pick_prompt(
+        c.designer,
+        iteration=it,
+        index=g,
+        seed=c.seed,
+        regen_interval=c.designer.regeneration_interval,
+    )
+    ids = designer_prompt(c, engine, doc, examples, parent, spec)
+    # The reference centres designer rewards per skill.
+    skill = skill_groups.setdefault(spec.skill, len(skill_groups))
+    for _ in range(group):
+      rows.append(
+          (
+              ids,
+              skill,
+              getattr(doc, "id", None),
+              getattr(parent, "id", None),
+              spec.skill,
+          )
+      )
+  return rows
+
+
+def design(
+    config: ml_collections.ConfigDict, engine, executor, state, it: int
+) -> Designed:
+  """Samples, extracts, validates, hints and archives iteration `it`'s
+  programs (see the module docstring)."""
+  c = config
+  rows = _prompts(c, engine, state, it)
+  prompts = [r[0] for r in rows]
+  console.say(
+      "iteration %d: designer sampling %d programs (up to %d tokens)",
+      it + 1,
+      len(prompts),
+      c.designer.max_new_tokens,
+  )
+  samples: list = [None] * len(prompts)
+  codes: list = [None] * len(prompts)
+  verdicts: list = [None] * len(prompts)
+  attempts = [0] * len(prompts)
+  timings = records.Timings()
+  todo = list(range(len(prompts)))
+  for attempt in range(max(1, c.designer.max_attempts)):
+    if not todo:
+      break
+    t = time.perf_counter()
+    outs = engine.sample(
+        [prompts[i] for i in todo],
+        role="designer",
+        max_new_tokens=c.designer.max_new_tokens,
+        temperature=c.designer.temperature,
+        seed=seed_for(c.seed, it, "designer", attempt),
+        progress=f"iteration {it + 1}: designer sampling",
+    )
+    sampled = time.perf_counter() - t
+    new_codes = [
+        extract.extract_code(text, rule=c.designer.code_extraction)
+        for _, _, text in outs
+    ]
+    t = time.perf_counter()
+    with console.heartbeat(
+        f"iteration {it + 1}: validating {len(new_codes)} programs in the"
+        f" sandbox (attempt {attempt + 1})"
+    ):
+      new_verdicts = executor.validate(new_codes)
+    timings += records.Timings(
+        sampling=sampled, sandbox=time.perf_counter() - t
+    )
+    for i, out, code, verdict in zip(todo, outs, new_codes, new_verdicts):
+      samples[i], codes[i], verdicts[i] = out, code, verdict
+      attempts[i] = attempt
+    todo = [i for i in todo if not verdicts[i].valid]
+  console.say(
+      "iteration %d: %d/%d programs valid; reasons: %s",
+      it + 1,
+      sum(v.valid for v in verdicts),
+      len(verdicts),
+      ", ".join(sorted({v.reason for v in verdicts})),
+  )
+  verdicts, hint_timings = write_hints(c, engine, it, codes, verdicts)
+  designs, duplicates = [], 0
+  for i, (code, verdict) in enumerate(zip(codes, verdicts)):
+    _, group, doc_id, parent_id, skill = rows[i]
+    entry_id, dup_of = state.archive_add(
+        code, verdict, it, doc_id, parent=parent_id
+    )
+    if dup_of is not None:
+      duplicates += 1
+      verdict = verdict.rejected("duplicate", f"near-duplicate of {dup_of}")
+    designs.append(
+        records.Design(
+            index=i,
+            group=group,
+            prompt_ids=tuple(prompts[i]),
+            completion_ids=tuple(samples[i][0]),
+            logprobs=tuple(samples[i][1]),
+            code=code,
+            verdict=verdict,
+            grounding_id=doc_id,
+            parent_id=parent_id,
+            archive_id=entry_id,
+            skill=skill,
+            attempt=attempts[i],
+        )
+    )
+  return Designed(
+      designs,
+      timings + hint_timings,
+      {
+          "memory/duplicates_this_iter": float(duplicates),
+          "designer/mutations": float(sum(r[3] is not None for r in rows)),
+          "designer/attempts_mean": float(np.mean(attempts)) + 1.0,
+      },
+  )

@@ -1,0 +1,193 @@
+"""Play: the iteration's environments and the agent's episodes on them.
+
+`environments` picks what the agent plays (new valid designs, archive
+replays, the fixed pool or seed programs); `play` runs K episodes without
+and, at regeneration, K with the hint per environment, all advancing
+together (`spade.agent.rollout`); episode k of either arm resets with the
+same seed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from spade import console
+from spade.agent import rollout
+from spade.selfplay import records
+from spade.selfplay import score as score_lib
+from spade.selfplay.seeding import seed_for
+
+
+def pool_programs(
+    config: ml_collections.ConfigDict, executor, seeds
+) -> list[records.Environment]:
+  """The fixed pool: `train.pool_dir`'s programs, or the seed library
+  (those named in `train.pool_seeds`, when given).
+
+  A folder's programs are validated in the sandbox; invalid ones are left
+  out with their reasons logged, and a folder with no valid program is an
+  error.
+  """
+  c = config
+  if not c.train.pool_dir:
+    names = tuple(c.train.pool_seeds)
+    known = {p.name for p in seeds}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+      raise ValueError(
+          f"config.train.pool_seeds names no training seed {unknown}; one"
+          f" of {sorted(known)}"
+      )
+    return [
+        records.Environment(
+            source=p.source, origin="seed", hint=None, name=p.name
+        )
+        for p in seeds
+        if not names or p.name in names
+    ]
+  folder = os.path.expanduser(c.train.pool_dir)
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(
+        f"config.train.pool_dir={c.train.pool_dir!r} is not a folder; give a"
+        " folder of environment programs (*.py)"
+    )
+  paths = sorted(glob.glob(os.path.join(folder, "*.py")))
+  sources = []
+  for path in paths:
+    with open(path) as f:
+      sources.append(f.read())
+  pool = []
+  for path, source, verdict in zip(paths, sources, executor.validate(sources)):
+    name = os.path.basename(path)
+    if verdict.valid:
+      pool.append(records.Environment(source, "pool", None, name=name))
+    else:
+      logging.warning(
+          "pool program %s is invalid and left out: %s: %s",
+          path,
+          verdict.reason,
+          verdict.message[:300],
+      )
+  if not pool:
+    raise ValueError(
+        f"none of the {len(paths)} programs in {folder} is a valid"
+        " environment; check them with `python -m"
+        " spade.environments.check --json FILE...`"
+    )
+  console.say(
+      "fixed pool: %d of %d programs in %s valid", len(pool), len(paths), folder
+  )
+  return pool
+
+
+def environments(
+    config: ml_collections.ConfigDict,
+    state,
+    it: int,
+    designs: list[records.Design],
+    pool,
+) -> list[records.Environment]:
+  """The environments the agent plays in iteration `it`; `pool()` returns
+  the fixed pool (called only when needed)."""
+  c = config
+  out = [
+      records.Environment(
+          source=d.code,
+          origin="design",
+          hint=d.hint,
+          design_index=d.index,
+          archive_id=d.archive_id,
+      )
+      for d in designs
+      if d.valid
+  ]
+  num_replay = int(round(c.memory.replay_fraction * c.designer.num_envs))
+  for entry in state.replay(num_replay, it):
+    verdict = records.Verdict.from_dict(entry.verdict)
+    out.append(
+        records.Environment(
+            source=entry.code,
+            origin="replay",
+            hint=verdict.written_hint,
+            archive_id=entry.id,
+        )
+    )
+  fill = c.designer.num_envs - len(out)
+  if c.train.mode == "fixed_pool" or (
+      c.designer.use_seed_programs and fill > 0
+  ):
+    programs = pool()
+    rng = np.random.default_rng(seed_for(c.seed, it, "seeds"))
+    count = c.designer.num_envs if c.train.mode == "fixed_pool" else fill
+    if programs:
+      picks = rng.choice(
+          len(programs), size=count, replace=len(programs) < count
+      )
+      out.extend(programs[int(j)] for j in picks)
+  return out
+
+
+def play(
+    config: ml_collections.ConfigDict,
+    engine,
+    executor,
+    it: int,
+    envs: list[records.Environment],
+    hinted_arm: bool,
+):
+  """Plays `rollout.unhinted_plays` episodes without the hint per
+  environment and, when `hinted_arm`, `score.hint_episodes` with it;
+  returns (episodes, `rollout.RolloutStats`)."""
+  c = config
+  unhinted = rollout.unhinted_plays(
+      len(envs), c.agent.plays_per_iteration, c.agent.episodes_per_env
+  )
+  arms = [(False, unhinted)]
+  if hinted_arm:
+    arms.append((True, score_lib.hint_episodes(c)))
+  specs = []
+  for e, env in enumerate(envs):
+    for s in range(max(k for _, k in arms)):
+      seed = seed_for(c.seed, it, e, s)
+      for hinted, k in arms:
+        if s >= k:
+          continue
+        hint = None
+        if hinted:
+          hint = env.hint if env.hint is not None else rollout.ENV_HINT
+        specs.append(rollout.EpisodeSpec(e, env.source, seed, hint, s))
+  console.say(
+      "iteration %d: agent playing %d episodes on %d environments",
+      it + 1,
+      len(specs),
+      len(envs),
+  )
+  rows_per_call = c.agent.rows_per_call
+  return rollout.run_episodes(
+      specs,
+      engine.agent_sampler(
+          max_new_tokens=c.agent.max_new_tokens,
+          temperature=c.agent.temperature,
+          groups=rollout.num_groups(len(specs), rows_per_call, True),
+          progress=f"iteration {it + 1}: agent sampling",
+      ),
+      executor.episodes(),
+      engine.render,
+      max_turns=c.agent.max_turns,
+      max_context=engine.prompt_budget("agent"),
+      seed=seed_for(c.seed, it, "agent"),
+      overlap=True,
+      rows_per_call=rows_per_call,
+      prompt_style=c.agent.prompt_style,
+      progress=lambda line: console.say("iteration %d: %s", it + 1, line),
+      extend=engine.extend if c.agent.episode_rows else None,
+      stop_ids=tuple(engine.tokenizer.stop_ids),
+      action_rule=c.agent.action,
+      unfinished_reply=c.agent.unfinished_reply,
+      full_context=c.agent.full_context,
+  )
