@@ -803,7 +803,7 @@ def _parse(argv):
   p.add_argument("--isolate", action="store_true")
   p.add_argument("--sys-path", action="append", default=[])
   p.add_argument("--preload", action="append", default=[])
-  # The program runtime and validator modules (see pool.RUNTIME_MODULE).
+  # The program runtime and validator modules (see backends.RUNTIME_MODULE).
   p.add_argument("--runtime", default="spade.environments.runtime")
   p.add_argument("--validator", default="spade.environments.validator")
   p.add_argument("--workdir", default="/tmp")
