@@ -1,9 +1,9 @@
 r"""Start-up time of a GGUF checkpoint: first load, then from the converted copy.
 
-Runs `spade.model.checkpoints.initial_params` for a config twice, each time
+Runs `spade.model.loading.initial_params` for a config twice, each time
 in a fresh process (as a run would start), with an empty `$SPADE_CACHE`: the
 first dequantizes the GGUF file and keeps the converted copy
-(`spade.model.hf_checkpoints`), the second reads that copy. Each child reports the seconds inside `initial_params`
+(`spade.model.converted_cache`), the second reads that copy. Each child reports the seconds inside `initial_params`
 its CPU seconds there (the figure a busy machine distorts least) and its own
 wall time (imports included); the last figure is the 1-minute load average.
 
@@ -25,13 +25,13 @@ _CHILD = r"""
 import importlib.util, json, sys, time
 start = time.perf_counter()
 import jax
-from spade.model import checkpoints
+from spade.model import loading
 spec = importlib.util.spec_from_file_location("config", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 config = module.get_config()
 t0, c0 = time.perf_counter(), time.process_time()
-jax.block_until_ready(checkpoints.initial_params(config))
+jax.block_until_ready(loading.initial_params(config))
 load, cpu = time.perf_counter() - t0, time.process_time() - c0
 print(json.dumps({"load_s": load, "load_cpu_s": cpu,
                   "process_s": time.perf_counter() - start}))

@@ -51,7 +51,7 @@ from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.memory import dedup
-from spade.model import checkpoints
+from spade.model import loading
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
@@ -212,7 +212,7 @@ def main(argv=None) -> None:
       f"{args.max_new_tokens}, temperature={temperature}, top_k={top_k},"
       f" top_p={top_p}; model.max_len={config.model.max_len}"
   )
-  params = checkpoints.initial_params(config, jax.random.PRNGKey(config.seed))
+  params = loading.initial_params(config, jax.random.PRNGKey(config.seed))
   sampler = sampler_lib.Sampler(
       *transformer.sampling_fns(config.model, transformer.Role.DESIGNER),
       pad_id=tokenizer.pad_id,

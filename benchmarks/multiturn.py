@@ -29,6 +29,7 @@ import jax  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 from spade import config as config_lib
+from spade.model import architecture
 from spade.model import transformer
 from spade.sampling import text
 
@@ -83,7 +84,7 @@ def main() -> None:
   parser.add_argument("--observation", type=int, default=64)
   args = parser.parse_args()
   c = config_lib.base_config()
-  c.model.update(transformer.qwen2_shapes("0.5b"))
+  c.model.update(architecture.qwen2_shapes("0.5b"))
   c.model.tie_embeddings = False
   c.model.max_len = 4096
   params = transformer.init_params(c.model, jax.random.PRNGKey(0))

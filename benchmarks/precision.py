@@ -27,7 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade import config as config_lib
-from spade.model import checkpoints
+from spade.model import gguf_files
+from spade.model import gguf_tensors
+from spade.model import layout
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 
@@ -56,9 +58,9 @@ def _load(name: str):
     ids = list(text.encode("utf-8"))
   elif name == "qwen":
     config = _qwen_config()
-    path = checkpoints.find_checkpoint_file(config)
-    tree = checkpoints.gguf_params(path, config.model, config.checkpoint.kind)
-    tree = transformer.to_model_layout(tree, config.model)
+    path = gguf_files.find_checkpoint_file(config)
+    tree = gguf_tensors.gguf_params(path, config.model, config.checkpoint.kind)
+    tree = layout.to_model_layout(tree, config.model)
     params = jax.tree.map(jnp.asarray, tree)
     del tree
     ids = tokenizer_lib.build_tokenizer(config).encode(text, add_bos=True)

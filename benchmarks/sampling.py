@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade import config as config_lib
-from spade.model import checkpoints
+from spade.model import architecture
 from spade.model import gguf_files
+from spade.model import loading
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 
@@ -49,7 +50,7 @@ PROMPT = [2, 818, 5279, 529, 7001, 563, 496, 1401]  # <bos> + 7 word pieces
 
 def _config():
   c = config_lib.base_config()
-  c.model.update(transformer.gemma3_shapes("270m"))
+  c.model.update(architecture.gemma3_shapes("270m"))
   c.model.max_len = 1024
   c.checkpoint.kind = "gemma3_gguf"
   c.tokenizer.kind = "gemma_sp"
@@ -74,7 +75,7 @@ def _timed(fn, repeats: int = 1) -> float:
 def bench_spade(config, new_tokens: int) -> dict[str, float]:
   """Our sampler: decode tok/s per batch size and 512-token prefill seconds."""
   start = time.perf_counter()
-  params = checkpoints.initial_params(config)
+  params = loading.initial_params(config)
   _log(f"spade: loaded in {time.perf_counter() - start:.1f}s")
   sampler = sampler_lib.Sampler(
       *transformer.sampling_fns(config.model, transformer.Role.AGENT), pad_id=0
@@ -186,7 +187,7 @@ def decode_bytes_and_flops(config) -> tuple[float, float]:
   token are 2 per weight read (attention over this benchmark's <= 40-token
   contexts adds under 1%).
   """
-  m = transformer.ModelConfig.from_config(config.model)
+  m = architecture.ModelConfig.from_config(config.model)
   params = jax.eval_shape(
       lambda: transformer.init_params(config.model, jax.random.PRNGKey(0))
   )

@@ -15,7 +15,7 @@ try the shape on CPU (8 fake devices, tiny model, same mesh axes):
 This file also holds the mesh table that `gemma3_4b_tpu.py`,
 `gemma3_12b_tpu.py` and `gemma3_27b_tpu.py` use; the settings every TPU config
 shares are `spade.config.tpu_pod_config`, with the published shapes of
-`spade.model.transformer.gemma3_shapes` (linear RoPE scaling 8 on the global
+`spade.model.architecture.gemma3_shapes` (linear RoPE scaling 8 on the global
 layers of 4B and up).
 
 Mesh: parameters are sharded FSDP-style over `mesh.fsdp` devices and, for the
@@ -27,7 +27,7 @@ Rollouts follow the reference implementation: 24 environments an iteration,
 """
 
 from spade import config as config_lib
-from spade.model import transformer
+from spade.model import architecture
 
 # Parameter sharding per size: (fsdp, tensor). fsdp grows with the model so
 # float32 params + Adam moments (16 bytes/param) stay a few GB per chip;
@@ -51,7 +51,7 @@ def gemma3_tpu_config(size: str, arg: str | None = None):
   if size not in MESH:
     raise ValueError(f"unknown Gemma 3 size {size!r}; one of {sorted(MESH)}")
   return config_lib.tpu_pod_config(
-      transformer.gemma3_shapes(size),
+      architecture.gemma3_shapes(size),
       fsdp=MESH[size][0],
       tensor=MESH[size][1],
       checkpoint_kind="gemma3_gguf",

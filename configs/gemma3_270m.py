@@ -14,7 +14,7 @@ back to seed programs. Run:
 """
 
 from spade import config as config_lib
-from spade.model import transformer
+from spade.model import architecture
 
 
 def get_config(arg=None):
@@ -25,7 +25,7 @@ def get_config(arg=None):
     )
   c = config_lib.base_config()
   c.num_iterations = 50
-  c.model.update(transformer.gemma3_shapes("270m"))
+  c.model.update(architecture.gemma3_shapes("270m"))
   c.model.max_len = 2048
   # XLA's bfloat16 decode was slower than float32 on this CPU (DESIGN.md).
   c.model.dtype = "float32"

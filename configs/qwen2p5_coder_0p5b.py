@@ -22,7 +22,7 @@ import os
 
 from spade import config as config_lib
 from spade import environments
-from spade.model import transformer
+from spade.model import architecture
 
 EASY_POOL = os.path.join(
     os.path.dirname(environments.__file__), "pools", "easy"
@@ -39,7 +39,7 @@ def get_config(arg=None):
     )
   c = config_lib.base_config()
   c.num_iterations = 50
-  c.model.update(transformer.qwen2_shapes("0.5b"))
+  c.model.update(architecture.qwen2_shapes("0.5b"))
   # The 0.5B Coder GGUF carries its own output.weight (not tied).
   c.model.tie_embeddings = False
   c.model.max_len = 2048

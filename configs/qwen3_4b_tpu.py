@@ -15,14 +15,14 @@ variant (same family switches and mesh axes, 8 fake devices):
       --workdir=/tmp/qwen3_4b_runlocal
 
 This file also holds the settings `qwen3_8b_tpu.py` uses, so the two sizes
-cannot drift apart. Shapes come from `spade.model.transformer.qwen3_shapes`
+cannot drift apart. Shapes come from `spade.model.architecture.qwen3_shapes`
 (the Hugging Face configs: 4B ties its output layer to the embedding, 8B does
 not); the loader checks them against the directory's config.json. Rollouts
 follow the reference implementation, as in `gemma3_1b_tpu.py`.
 """
 
 from spade import config as config_lib
-from spade.model import transformer
+from spade.model import architecture
 
 # Parameter sharding per size: (fsdp, tensor). Float32 master weights and
 # Adam moments take 16 bytes a parameter: 4B over 8 chips and 8B over 16 are
@@ -45,7 +45,7 @@ def qwen3_tpu_config(size: str, arg: str | None = None):
   if size not in MESH:
     raise ValueError(f"unknown Qwen3 size {size!r}; one of {sorted(MESH)}")
   return config_lib.tpu_pod_config(
-      transformer.qwen3_shapes(size),
+      architecture.qwen3_shapes(size),
       fsdp=MESH[size][0],
       tensor=MESH[size][1],
       checkpoint_kind="hf",

@@ -67,6 +67,7 @@ from ml_collections import config_flags
 
 from spade import config as config_lib
 from spade.agent import rollout
+from spade.model import architecture
 from spade.model import sharding
 from spade.model import topology as topology_lib
 from spade.model import transformer
@@ -77,11 +78,6 @@ from spade.train import update as update_lib
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 GIB = 1024**3
-
-_ROLES = {
-    "agent": transformer.Role.AGENT,
-    "designer": transformer.Role.DESIGNER,
-}
 
 
 @dataclasses.dataclass
@@ -250,7 +246,7 @@ def sampler_shapes(config, shards: int) -> dict[str, tuple[int, int, int]]:
 # -- FLOPs --------------------------------------------------------------------
 
 
-def _layer_matmul_params(cfg: transformer.ModelConfig) -> int:
+def _layer_matmul_params(cfg: architecture.ModelConfig) -> int:
   d, hd = cfg.embed_dim, cfg.head_dim
   attn = d * cfg.num_heads * hd * 2 + d * cfg.num_kv_heads * hd * 2
   return attn + 3 * d * cfg.mlp_dim  # gated MLP: gate, up, down
@@ -272,7 +268,7 @@ def forward_flops(model_config, rows: int, length: int, logits: str) -> float:
     length: tokens each.
     logits: "all" (training: every position) or "last" (prefill).
   """
-  cfg = transformer.ModelConfig.from_config(model_config)
+  cfg = architecture.ModelConfig.from_config(model_config)
   per_token = cfg.num_layers * _layer_matmul_params(cfg)
   flops = 2.0 * rows * length * per_token
   for i in range(cfg.num_layers):
@@ -288,7 +284,7 @@ def forward_flops(model_config, rows: int, length: int, logits: str) -> float:
 
 def decode_flops(model_config, rows: int, cache_len: int) -> float:
   """FLOPs of one decode step of `rows` sequences with `cache_len` keys."""
-  cfg = transformer.ModelConfig.from_config(model_config)
+  cfg = architecture.ModelConfig.from_config(model_config)
   flops = 2.0 * rows * cfg.num_layers * _layer_matmul_params(cfg)
   for i in range(cfg.num_layers):
     keys = cache_len if cfg.is_global(i) else min(cfg.window(i), cache_len)
@@ -435,7 +431,7 @@ def compile_sampler(config, mesh, rules, state, role, hbm_bytes):
   """
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
   rows, prompt, new = sampler_shapes(config, shards)[role]
-  fns = transformer.sampling_fns(config.model, _ROLES[role])
+  fns = transformer.sampling_fns(config.model, transformer.Role.of(role))
   grid = sharding.batch_sharding(mesh, rules, 2)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   params = state.params
@@ -601,7 +597,7 @@ def run(
   if update:
     add(compile_update(config, mesh, rules, state, optimizer, hbm))
   if samplers:
-    for role in _ROLES:
+    for role in sorted(r.head for r in transformer.Role):
       for program in compile_sampler(config, mesh, rules, state, role, hbm):
         add(program)
   return report

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> None:
   # Heavy imports after the flag checks, so usage errors are instant.
   # pylint: disable=g-import-not-at-top
   import jax
-  from spade.model import checkpoints
+  from spade.model import loading
   from spade.model import tokenizer as tokenizer_lib
   from spade.model import transformer
   from spade.sampling import text
@@ -78,8 +78,8 @@ def main(argv: list[str]) -> None:
   start = time.time()
   try:
     tokenizer = tokenizer_lib.build_tokenizer(config)
-    params = checkpoints.initial_params(config, jax.random.PRNGKey(config.seed))
-  except (checkpoints.CheckpointFileError, FileNotFoundError) as e:
+    params = loading.initial_params(config, jax.random.PRNGKey(config.seed))
+  except (loading.CheckpointFileError, FileNotFoundError) as e:
     _fail(str(e))
   _log(f"loaded {config.checkpoint.kind} in {time.time() - start:.1f}s")
   prompt = _PROMPT.value

@@ -46,19 +46,19 @@ def load_agent_params(config, workdir: str):
   This is the one place that chooses the weights: the newest readable
   checkpoint the training loop wrote in `workdir`
   (`spade.train.checkpoints.latest_params`), or, when there is none, the
-  config's initial weights (`spade.model.checkpoints.initial_params`).
+  config's initial weights (`spade.model.loading.initial_params`).
 
   Returns:
     (params, a description of where they came from).
   """
-  from spade.model import checkpoints as model_checkpoints  # pylint: disable=g-import-not-at-top
+  from spade.model import loading  # pylint: disable=g-import-not-at-top
   from spade.train import checkpoints as train_checkpoints  # pylint: disable=g-import-not-at-top
 
   params = train_checkpoints.latest_params(config, workdir)
   if params is not None:
     return params, f"latest checkpoint in {workdir}"
   where = config.checkpoint.kind
-  return model_checkpoints.initial_params(config), f"initial weights ({where})"
+  return loading.initial_params(config), f"initial weights ({where})"
 
 
 def _write_items(workdir: str, result: registry.SuiteResult) -> str:

@@ -8,9 +8,12 @@ suites implement `run` themselves.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 from typing import Any, Callable, Protocol, Sequence
+
+import ml_collections
 
 Messages = list[dict[str, str]]
 Log = Callable[[str], None]
@@ -174,6 +177,19 @@ SUITES = {
     "tool_use": "spade.eval.tool_use_suite:ToolUseSuite",
     "seed_heldout": "spade.eval.seed_heldout_suite:SeedHeldoutSuite",
 }
+
+
+def eval_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config.eval` with its "0: use the agent's value" keys resolved."""
+  section = copy.deepcopy(config.eval)
+  with section.unlocked():
+    if section.max_turns <= 0:
+      section.max_turns = config.agent.max_turns
+    if section.max_new_tokens <= 0:
+      section.max_new_tokens = config.agent.max_new_tokens
+    # Held-out games are prompted as training prompts them.
+    section.prompt_style = config.agent.prompt_style
+  return section
 
 
 def build_suite(name: str, eval_config: Any) -> Suite:

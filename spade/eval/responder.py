@@ -21,7 +21,6 @@ import ml_collections
 
 from spade.agent import prompts as prompts_lib
 from spade.eval import registry
-from spade.eval import runner
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import shapes
@@ -55,7 +54,7 @@ class ModelResponder:
       mesh: optional device mesh that `params` are sharded over (with
         `config.mesh.rules`); rows are then split over its batch axes.
     """
-    section = runner.eval_config(config)
+    section = registry.eval_config(config)
     self._params = params
     self._tokenizer = tokenizer_lib.build_tokenizer(config)
     self.max_new_tokens = int(section.max_new_tokens)

@@ -8,31 +8,18 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from absl import logging
 import ml_collections
 
 from spade.eval import registry
-
-
-def eval_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config.eval` with its "0: use the agent's value" keys resolved."""
-  section = copy.deepcopy(config.eval)
-  with section.unlocked():
-    if section.max_turns <= 0:
-      section.max_turns = config.agent.max_turns
-    if section.max_new_tokens <= 0:
-      section.max_new_tokens = config.agent.max_new_tokens
-    # Held-out games are prompted as training prompts them.
-    section.prompt_style = config.agent.prompt_style
-  return section
+from spade.eval import responder as responder_lib
 
 
 def build(name: str, config: ml_collections.ConfigDict) -> registry.Suite:
   """The suite `name`, configured from `config.eval`."""
-  return registry.build_suite(name, eval_config(config))
+  return registry.build_suite(name, registry.eval_config(config))
 
 
 def evaluate(
@@ -71,8 +58,6 @@ def run_suites(
   Returns:
     {"eval/<suite>": score in [0, 1]} for each configured suite.
   """
-  from spade.eval import responder as responder_lib  # pylint: disable=g-import-not-at-top
-
   model = responder_lib.ModelResponder(config, params, seed=step, mesh=mesh)
   metrics = {}
   for name in config.eval.suites:

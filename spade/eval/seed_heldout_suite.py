@@ -51,7 +51,7 @@ class SeedHeldoutSuite:
     """Configures the suite.
 
     Args:
-      eval_config: `config.eval` (see `runner.eval_config`).
+      eval_config: `config.eval` (see `registry.eval_config`).
       max_turns: overrides `eval_config.max_turns`.
       programs: objects with `name` and `source` to play instead of the
         library's held-out programs (tests, ad-hoc evaluations).

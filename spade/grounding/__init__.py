@@ -11,8 +11,8 @@ from spade.grounding.corpus import build_corpus
 from spade.grounding.corpus import clean_text
 from spade.grounding.corpus import Corpus
 from spade.grounding.corpus import truncate_words
-from spade.grounding.sources import Document
-from spade.grounding.sources import SourceError
+from spade.grounding.document import Document
+from spade.grounding.document import SourceError
 
 __all__ = [
     "Corpus",

@@ -26,7 +26,7 @@ import ast
 import functools
 import importlib.util
 
-from spade.grounding import sources
+from spade.grounding import document
 
 # Pure-Python modules whose documentation is substantial and whose subjects
 # suit environments (games, puzzles, protocols, data formats, numerics).
@@ -141,7 +141,7 @@ def _module_text(tree: ast.Module) -> str:
   return "\n\n".join(p for p in parts if p)
 
 
-def _module_documents() -> list[sources.Document]:
+def _module_documents() -> list[document.Document]:
   docs = []
   for name in MODULES:
     try:
@@ -157,7 +157,7 @@ def _module_documents() -> list[sources.Document]:
       continue
     first = text.strip().splitlines()[0].strip()
     docs.append(
-        sources.Document(
+        document.Document(
             id=f"python-docs:module/{name}",
             title=f"{name}: {first}"[:200],
             text=text,
@@ -167,7 +167,7 @@ def _module_documents() -> list[sources.Document]:
   return docs
 
 
-def _topic_documents() -> list[sources.Document]:
+def _topic_documents() -> list[document.Document]:
   try:
     from pydoc_data import topics  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -179,7 +179,7 @@ def _topic_documents() -> list[sources.Document]:
       continue
     first = text.strip().splitlines()[0].strip()
     docs.append(
-        sources.Document(
+        document.Document(
             id=f"python-docs:topic/{key}",
             title=first[:200],
             text=text,
@@ -190,11 +190,11 @@ def _topic_documents() -> list[sources.Document]:
 
 
 @functools.cache
-def _all_documents() -> tuple[sources.Document, ...]:
+def _all_documents() -> tuple[document.Document, ...]:
   return tuple(_topic_documents() + _module_documents())
 
 
-def documents() -> list[sources.Document]:
+def documents() -> list[document.Document]:
   """Returns the built-in corpus: language reference topics, then modules.
 
   Raises:
@@ -202,7 +202,7 @@ def documents() -> list[sources.Document]:
   """
   docs = list(_all_documents())
   if not docs:
-    raise sources.SourceError(
+    raise document.SourceError(
         "the built-in grounding corpus is empty: this Python has neither "
         "pydoc_data nor the standard library sources; use "
         "--config.grounding.source=jsonl with a corpus file"

@@ -25,9 +25,10 @@ import hashlib
 import re
 import unicodedata
 
+from spade.grounding import document
 from spade.grounding import sources
 
-Document = sources.Document
+Document = document.Document
 
 STATE_VERSION = 1
 
@@ -115,7 +116,7 @@ class Corpus:
       enabled: False for a corpus that yields nothing.
     """
     if enabled and not documents:
-      raise sources.SourceError(
+      raise document.SourceError(
           f"grounding source {source!r} yielded no documents for process "
           f"{process_index}"
       )
@@ -256,7 +257,7 @@ def build_corpus(
   if not sharded:
     sources.iter_ids(docs)  # check uniqueness over the whole source
     if len(docs) < process_count:
-      raise sources.SourceError(
+      raise document.SourceError(
           f"grounding source {c.source!r} has {len(docs)} documents, fewer "
           f"than the {process_count} processes that each need a shard"
       )

@@ -19,7 +19,6 @@ dataset raises `SourceError` naming it and saying what to do.
 
 from __future__ import annotations
 
-import dataclasses
 import glob as glob_lib
 import gzip
 import importlib
@@ -27,33 +26,14 @@ import json
 import os
 from typing import Any, Iterable
 
-
-@dataclasses.dataclass(frozen=True)
-class Document:
-  """One grounding document.
-
-  Attributes:
-    id: stable identifier, unique within its source (memory uses it to find an
-      environment's grounding neighbours).
-    title: a short human-readable title ("" when the source has none).
-    text: the document's text.
-    source: the source kind that produced it ("builtin", "jsonl", ...).
-  """
-
-  id: str
-  title: str
-  text: str
-  source: str
-
-
-class SourceError(ValueError):
-  """A grounding source that cannot be read; the message names it."""
+from spade.grounding import builtin
+from spade.grounding import document
 
 
 def _expand(path: str, suffixes: tuple[str, ...], kind: str) -> list[str]:
   """Returns the sorted files a path, directory or glob names."""
   if not path:
-    raise SourceError(
+    raise document.SourceError(
         f"config.grounding.path is empty but source={kind!r} needs it: set "
         f"--config.grounding.path to a file, directory or glob"
     )
@@ -71,15 +51,17 @@ def _expand(path: str, suffixes: tuple[str, ...], kind: str) -> list[str]:
     elif glob_lib.has_magic(part):
       matched = sorted(glob_lib.glob(part, recursive=True))
       if not matched:
-        raise SourceError(f"grounding {kind} glob {part!r} matches no file")
+        raise document.SourceError(
+            f"grounding {kind} glob {part!r} matches no file"
+        )
       files.extend(f for f in matched if os.path.isfile(f))
     else:
-      raise SourceError(
+      raise document.SourceError(
           f"grounding {kind} file {part!r} does not exist: check "
           "config.grounding.path"
       )
   if not files:
-    raise SourceError(
+    raise document.SourceError(
         f"grounding {kind} path {path!r} holds no file ending in {suffixes}"
     )
   return files
@@ -119,23 +101,23 @@ def read_jsonl(path: str, text_key: str = "text", title_key: str = "title"):
         try:
           obj = json.loads(line)
         except json.JSONDecodeError as e:
-          raise SourceError(
+          raise document.SourceError(
               f"{file}:{line_no} is not valid JSON ({e.msg}); fix or remove "
               "the line"
           ) from e
         if not isinstance(obj, dict):
-          raise SourceError(f"{file}:{line_no} is not a JSON object")
+          raise document.SourceError(f"{file}:{line_no} is not a JSON object")
         text = obj.get(text_key)
         if text is None:
           text = obj.get("orig_doc")
         if text is None:
-          raise SourceError(
+          raise document.SourceError(
               f"{file}:{line_no} has no {text_key!r} (or 'orig_doc') field; "
               "set config.grounding.text_key to the field holding the text"
           )
         doc_id = obj.get("id", f"{name}:{line_no}")
         docs.append(
-            Document(
+            document.Document(
                 id=str(doc_id),
                 title=str(obj.get(title_key) or ""),
                 text=str(text),
@@ -170,7 +152,7 @@ def read_text(path: str):
       if not title:
         title = os.path.splitext(os.path.basename(file))[0]
       docs.append(
-          Document(
+          document.Document(
               id=os.path.relpath(file, root or "."),
               title=title[:200],
               text=text,
@@ -192,7 +174,7 @@ def _require(module: str, source: str):
   try:
     return importlib.import_module(module)
   except ImportError as e:
-    raise SourceError(
+    raise document.SourceError(
         f"grounding source {source!r} needs {module}: pip install "
         "'spade[data]' (tensorflow-datasets and seqio)"
     ) from e
@@ -200,7 +182,7 @@ def _require(module: str, source: str):
 
 def _text_and_title(example: dict, text_key: str, title_key: str, where: str):
   if text_key not in example:
-    raise SourceError(
+    raise document.SourceError(
         f"{where} examples have no {text_key!r} feature (they have "
         f"{sorted(example)}); set config.grounding.text_key"
     )
@@ -239,7 +221,7 @@ def read_tfds(
     the process, i: the position in its shard).
   """
   if not name:
-    raise SourceError(
+    raise document.SourceError(
         "config.grounding.name is empty but source='tfds' needs a dataset "
         "name, e.g. --config.grounding.name=wikipedia/20230601.en"
     )
@@ -247,18 +229,18 @@ def read_tfds(
   try:
     builder = tfds.builder(name, data_dir=data_dir or None)
   except Exception as e:  # tfds raises several types for an unknown name
-    raise SourceError(
+    raise document.SourceError(
         f"TFDS dataset {name!r} not found (data_dir={data_dir!r}): "
         f"{str(e).splitlines()[0]}"
     ) from e
   if not builder.is_prepared():
-    raise SourceError(
+    raise document.SourceError(
         f"TFDS dataset {name!r} is not prepared under {builder.data_dir!r}: "
         f"run `tfds build {name} --data_dir=DIR` and set "
         "config.grounding.path to DIR"
     )
   if split not in builder.info.splits:
-    raise SourceError(
+    raise document.SourceError(
         f"TFDS dataset {name!r} has no split {split!r} (it has "
         f"{sorted(builder.info.splits)}); set config.grounding.split"
     )
@@ -272,7 +254,7 @@ def read_tfds(
   for i, ex in enumerate(tfds.as_numpy(ds)):
     text, title = _text_and_title(ex, text_key, title_key, f"TFDS {name!r}")
     docs.append(
-        Document(
+        document.Document(
             id=f"{name}/{split}/{process_index}/{i}",
             title=title,
             text=text,
@@ -309,7 +291,7 @@ def read_seqio(
     The shard's documents, in source order; ids are "NAME/SPLIT/p/i".
   """
   if not name:
-    raise SourceError(
+    raise document.SourceError(
         "config.grounding.name is empty but source='seqio' needs a task name"
     )
   seqio = _require("seqio", "seqio")
@@ -317,14 +299,14 @@ def read_seqio(
     try:
       importlib.import_module(module)
     except ImportError as e:
-      raise SourceError(
+      raise document.SourceError(
           f"config.grounding.module={module!r} could not be imported to "
           f"register seqio task {name!r}: {e}"
       ) from e
   try:
     task = seqio.get_mixture_or_task(name)
   except ValueError as e:
-    raise SourceError(
+    raise document.SourceError(
         f"seqio task or mixture {name!r} is not registered; set "
         "config.grounding.module to the module that registers it"
     ) from e
@@ -333,7 +315,7 @@ def read_seqio(
   for t in tasks:
     source = t.source
     if split not in source.splits:
-      raise SourceError(
+      raise document.SourceError(
           f"seqio task {t.name!r} has no split {split!r} (it has "
           f"{list(source.splits)}); set config.grounding.split"
       )
@@ -353,7 +335,7 @@ def read_seqio(
           ex, text_key, title_key, f"seqio task {t.name!r}"
       )
       docs.append(
-          Document(
+          document.Document(
               id=f"{t.name}/{split}/{process_index}/{i}",
               title=title,
               text=text,
@@ -365,7 +347,7 @@ def read_seqio(
 
 def read_source(
     grounding_config, process_index: int = 0, process_count: int = 1
-) -> tuple[list[Document], bool]:
+) -> tuple[list[document.Document], bool]:
   """Reads the configured source.
 
   Args:
@@ -380,8 +362,6 @@ def read_source(
   c = grounding_config
   kind = c.source
   if kind == "builtin":
-    from spade.grounding import builtin  # pylint: disable=g-import-not-at-top
-
     return builtin.documents(), False
   if kind == "jsonl":
     return read_jsonl(c.path, c.text_key, c.title_key), False
@@ -415,18 +395,18 @@ def read_source(
         ),
         True,
     )
-  raise SourceError(
+  raise document.SourceError(
       f"config.grounding.source={kind!r} is not one of builtin, jsonl, text, "
       "tfds, seqio"
   )
 
 
-def iter_ids(docs: Iterable[Document]) -> list[str]:
+def iter_ids(docs: Iterable[document.Document]) -> list[str]:
   """Returns the ids of `docs`, checking that they are unique."""
   ids, seen = [], set()
   for d in docs:
     if d.id in seen:
-      raise SourceError(
+      raise document.SourceError(
           f"grounding document id {d.id!r} appears twice; ids must be unique "
           "within a source (give each JSONL line a distinct 'id' or none)"
       )

@@ -217,3 +217,25 @@ def field(reader: gguf.GGUFReader, key: str, default=None):
   if value is None:
     return default
   return value.contents()
+
+
+def find_checkpoint_file(config) -> str:
+  """Returns the GGUF file for `config.checkpoint`.
+
+  `config.checkpoint.path` when set; otherwise the file for the kind, found or
+  assembled automatically (see above).
+
+  Raises:
+    ValueError: the kind is "scratch", which has no file.
+  """
+  ckpt = config.checkpoint
+  if ckpt.path:
+    return ckpt.path
+  if ckpt.kind == "gemma3_gguf":
+    return gemma3_270m_path()
+  if ckpt.kind == "qwen2_gguf":
+    return qwen2p5_coder_0p5b_path()
+  raise ValueError(
+      f"config.checkpoint.kind={ckpt.kind!r} has no checkpoint file; set it "
+      "to 'gemma3_gguf' or 'qwen2_gguf'."
+  )

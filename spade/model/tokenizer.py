@@ -458,7 +458,7 @@ def build_tokenizer(config) -> Tokenizer:
   """Returns the tokenizer for `config.tokenizer.kind`.
 
   The GGUF kinds read the vocabulary from the checkpoint file found for
-  `config.checkpoint` (see `spade.model.checkpoints.find_checkpoint_file`).
+  `config.checkpoint` (see `spade.model.gguf_files.find_checkpoint_file`).
   """
   kind = config.tokenizer.kind
   if kind == "bytes":
@@ -475,18 +475,18 @@ def build_tokenizer(config) -> Tokenizer:
         "config.checkpoint.path."
     )
   if config.checkpoint.kind == "hf":  # a Hugging Face directory
-    from spade.model import hf_checkpoints  # pylint: disable=g-import-not-at-top
+    from spade.model import hf  # pylint: disable=g-import-not-at-top
 
     path = config.checkpoint.path
-    return from_vocabulary(hf_checkpoints.hf_vocabulary(path, kind), kind)
-  from spade.model import checkpoints  # pylint: disable=g-import-not-at-top
+    return from_vocabulary(hf.hf_vocabulary(path, kind), kind)
+  from spade.model import gguf_files  # pylint: disable=g-import-not-at-top
 
   probe = config.copy_and_resolve_references()
   if probe.checkpoint.kind == "scratch":
     probe.checkpoint.kind = (
         "gemma3_gguf" if kind == "gemma_sp" else "qwen2_gguf"
     )
-  return _cached_from_gguf(checkpoints.find_checkpoint_file(probe), kind)
+  return _cached_from_gguf(gguf_files.find_checkpoint_file(probe), kind)
 
 
 @functools.lru_cache(maxsize=4)

@@ -12,7 +12,7 @@ checkpoints and evaluation read them unchanged; `TrainState.adapters` holds
 the factors and the optimizer state is over the factors only. The update
 differentiates the loss at `params` with respect to the factors, each
 projection adding a zero-valued term u - stop_gradient(u) with
-u = stop_gradient(x)·A·(sB) (`attach`, `transformer.LORA`), so no kernel's
+u = stop_gradient(x)·A·(sB) (`attach`, `layers.LORA`), so no kernel's
 gradient is formed, and then
 moves `params` by the factors' change, s·(A'@B' - A@B), where
 s = lora_alpha / lora_rank. So
@@ -21,7 +21,7 @@ the 0.5B model's update keeps 2.9 GiB of weights plus a few MiB of factors
 instead of 8.6 GiB of weights and Adam moments.
 
 Which dimensions a kernel's factors split is read from its logical axes
-(`transformer.PARAM_AXES`): the "embed" side is one factor, the other axes
+(`layers.PARAM_AXES`): the "embed" side is one factor, the other axes
 (heads x head_dim, mlp, vocab) the other, under the leading "layers" axis
 of a scanned stack. A starts random (scaled by 1/sqrt(left size)), B at
 zero, so the adapters start as the identity change.
@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade.model import layers
 from spade.model import transformer
 
 PyTree = Any
@@ -143,7 +144,7 @@ class Attached(NamedTuple):
   """Parameters with adapters attached: what the update's loss takes.
 
   `params` are the weights the model runs with; `lora` is the model's
-  `transformer.LORA` collection, {"a": A, "b": s·B} at each adapted
+  `layers.LORA` collection, {"a": A, "b": s·B} at each adapted
   module's path.
   """
 
@@ -155,7 +156,7 @@ def attach(params: PyTree, adapters: Adapters, scale: float) -> Attached:
   """`params` whose gradient reaches `adapters`, with `params`' exact value.
 
   Each adapted projection adds u - stop_gradient(u), u =
-  stop_gradient(x)·A·(sB), to its output (`transformer.LORA`): zero, with
+  stop_gradient(x)·A·(sB), to its output (`layers.LORA`): zero, with
   the gradient of W + s·A@B at this point (x's gradient is W's alone: W
   already holds s·A@B). The kernels' own gradients (x^T·dy, a matmul as costly as the
   forward's) are never formed, and neither is A@B or a copy of W.
@@ -173,7 +174,7 @@ def attach(params: PyTree, adapters: Adapters, scale: float) -> Attached:
 def variables(params: PyTree | Attached) -> dict[str, PyTree]:
   """The `model.apply` variables of plain or `attach`ed parameters."""
   if isinstance(params, Attached):
-    return {"params": params.params, transformer.LORA: params.lora}
+    return {"params": params.params, layers.LORA: params.lora}
   return {"params": params}
 
 

@@ -195,7 +195,7 @@ def create_state(
 
   Args:
     params: initial parameters (host or device arrays), e.g. from
-      `spade.model.checkpoints.initial_params` or
+      `spade.model.loading.initial_params` or
       `spade.model.sharding.init_sharded_params`.
     optimizer: from `make_optimizer(config.optim)`.
     rng: PRNG key for the state.

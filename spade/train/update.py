@@ -53,10 +53,6 @@ Batch = Mapping[str, Mapping[str, jax.Array]]
 Metrics = dict[str, jax.Array]
 UpdateFn = Callable[[state_lib.TrainState, Batch], tuple[Any, Metrics]]
 
-ROLES = (
-    ("designer", transformer.Role.DESIGNER),
-    ("agent", transformer.Role.AGENT),
-)
 _POLICY_KEYS = (
     "tokens",
     "input_mask",
@@ -459,7 +455,8 @@ def make_update_step(
   def loss_fn(params, ref_params, batch):
     total = jnp.zeros((), jnp.float32)
     metrics = {}
-    for name, role in ROLES:
+    for role in transformer.Role:
+      name = role.head
       if name not in batch:
         continue
 
@@ -548,7 +545,8 @@ def make_sft_step(
     del ref_params
     total = jnp.zeros((), jnp.float32)
     metrics = {}
-    for name, role in ROLES:
+    for role in transformer.Role:
+      name = role.head
       if name not in batch:
         continue
 

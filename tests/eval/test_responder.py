@@ -8,7 +8,7 @@ from spade import config as config_lib
 from spade.eval import __main__ as cli
 from spade.eval import responder as responder_lib
 from spade.eval import runner
-from spade.model import checkpoints
+from spade.model import loading
 from spade.model import sharding
 from spade.train import checkpoints as train_checkpoints
 
@@ -22,7 +22,7 @@ def _config():
 
 @pytest.fixture(scope="module")
 def params():
-  return checkpoints.initial_params(_config())
+  return loading.initial_params(_config())
 
 
 @pytest.fixture(scope="module")

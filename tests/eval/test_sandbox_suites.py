@@ -11,6 +11,7 @@ import pytest
 
 from spade.agent import prompts as agent_prompts
 from spade.eval import humaneval_suite
+from spade.eval import registry
 from spade.eval import runner
 from spade.eval import seed_heldout_suite
 
@@ -95,7 +96,7 @@ def test_seed_heldout_scores_planted_answers(config, scripted, pool):
   config.eval.max_turns = 40
   programs = _programs("grid_maze", "order_lookup", "hangman")
   suite = seed_heldout_suite.SeedHeldoutSuite(
-      runner.eval_config(config), programs=programs
+      registry.eval_config(config), programs=programs
   )
   replay = _solution_plans(suite, pool, 4)
 
@@ -123,7 +124,7 @@ def test_seed_heldout_records_a_broken_environment(config, scripted, pool):
       "broken", "class BrokenEnv:\n  def __init__(self):\n    1/0\n"
   )
   suite = seed_heldout_suite.SeedHeldoutSuite(
-      runner.eval_config(config), programs=[broken] + _programs("grid_maze")
+      registry.eval_config(config), programs=[broken] + _programs("grid_maze")
   )
   lines = []
   result = suite.run(scripted(lambda m: "\\boxed{up}"), num_examples=2,

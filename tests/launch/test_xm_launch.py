@@ -283,10 +283,10 @@ def test_27b_scales_queries_by_embed_over_heads():
 def test_gemma3_configs_match_the_model_shape_table(size):
   # The configs keep their own table so the launcher needs no JAX; this keeps
   # it equal to the model package's.
-  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+  from spade.model import architecture  # pylint: disable=g-import-not-at-top
 
   c = _config(f"gemma3_{size}_tpu")
-  for key, value in transformer.gemma3_shapes(size).items():
+  for key, value in architecture.gemma3_shapes(size).items():
     assert c.model[key] == value, key
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from spade import config as config_lib
-from spade.model import checkpoints
 from spade.model import gguf_files
+from spade.model import gguf_tensors
+from spade.model import loading
 from spade.model import transformer
 
 E, H, KV, D, F, V, LAYERS = 32, 2, 1, 16, 64, 64, 2
@@ -110,7 +111,7 @@ def qwen_file(tmp_path_factory):
 
 def test_gemma_mapping_places_every_tensor(gemma_file):
   t = _tensors("gemma3")
-  p = checkpoints.gguf_params(
+  p = gguf_tensors.gguf_params(
       gemma_file, _config("gemma3").model, "gemma3_gguf"
   )
   layer = p["layer_1"]
@@ -138,7 +139,7 @@ def test_gemma_mapping_places_every_tensor(gemma_file):
 
 
 def test_tied_checkpoint_gives_both_heads_the_embedding(gemma_file):
-  p = checkpoints.gguf_params(
+  p = gguf_tensors.gguf_params(
       gemma_file, _config("gemma3").model, "gemma3_gguf"
   )
   emb = p["embedder"]["input_embedding"]
@@ -152,7 +153,7 @@ def test_tied_checkpoint_gives_both_heads_the_embedding(gemma_file):
 
 def test_qwen_biases_and_separate_output_layer(qwen_file):
   t = _tensors("qwen2", seed=1)
-  p = checkpoints.gguf_params(qwen_file, _config("qwen2").model, "qwen2_gguf")
+  p = gguf_tensors.gguf_params(qwen_file, _config("qwen2").model, "qwen2_gguf")
   attn = p["layer_0"]["attn"]
   np.testing.assert_array_equal(attn["k_proj"]["bias"],
                                 t["blk.0.attn_k.bias"].reshape(KV, D))  # fmt: skip
@@ -168,7 +169,7 @@ def test_qwen_biases_and_separate_output_layer(qwen_file):
 def test_loaded_tree_matches_the_model_and_runs(family, gemma_file, qwen_file):
   config = _config(family)
   config.checkpoint.path = gemma_file if family == "gemma3" else qwen_file
-  params = checkpoints.initial_params(config)
+  params = loading.initial_params(config)
   scratch = transformer.init_params(config.model, jax.random.PRNGKey(0))
   shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
   assert shapes(params) == shapes(scratch)
@@ -185,8 +186,8 @@ def test_loaded_tree_matches_the_model_and_runs(family, gemma_file, qwen_file):
 def test_config_mismatch_names_the_key(gemma_file):
   config = _config("gemma3")
   config.model.mlp_dim = 128
-  with pytest.raises(checkpoints.CheckpointFileError, match="mlp_dim"):
-    checkpoints.gguf_params(gemma_file, config.model, "gemma3_gguf")
+  with pytest.raises(gguf_files.CheckpointFileError, match="mlp_dim"):
+    gguf_tensors.gguf_params(gemma_file, config.model, "gemma3_gguf")
 
 
 def test_rope_scaling_must_match_the_config(tmp_path):
@@ -194,24 +195,22 @@ def test_rope_scaling_must_match_the_config(tmp_path):
       tmp_path / "scaled.gguf", "gemma3", _tensors("gemma3"), rope_scale=8.0
   )
   config = _config("gemma3")
-  with pytest.raises(
-      checkpoints.CheckpointFileError, match="rope_global_scale"
-  ):
-    checkpoints.gguf_params(path, config.model, "gemma3_gguf")
+  with pytest.raises(gguf_files.CheckpointFileError, match="rope_global_scale"):
+    gguf_tensors.gguf_params(path, config.model, "gemma3_gguf")
   config.model.rope_global_scale = 8.0
-  checkpoints.gguf_params(path, config.model, "gemma3_gguf")
+  gguf_tensors.gguf_params(path, config.model, "gemma3_gguf")
 
 
 def test_wrong_architecture_is_an_error(qwen_file):
-  with pytest.raises(checkpoints.CheckpointFileError, match="qwen2"):
-    checkpoints.gguf_params(qwen_file, _config("qwen2").model, "gemma3_gguf")
+  with pytest.raises(gguf_files.CheckpointFileError, match="qwen2"):
+    gguf_tensors.gguf_params(qwen_file, _config("qwen2").model, "gemma3_gguf")
 
 
 def test_missing_file_names_the_path(tmp_path):
   config = _config("gemma3")
   config.checkpoint.path = str(tmp_path / "nowhere.gguf")
-  with pytest.raises(checkpoints.CheckpointFileError) as e:
-    checkpoints.initial_params(config)
+  with pytest.raises(gguf_files.CheckpointFileError) as e:
+    loading.initial_params(config)
   assert str(tmp_path / "nowhere.gguf") in str(e.value)
   assert "does not exist" in str(e.value)
 
@@ -221,8 +220,8 @@ def test_wrong_magic_names_the_path(tmp_path):
   path.write_bytes(b"PK\x03\x04" + b"\0" * 64)
   config = _config("gemma3")
   config.checkpoint.path = str(path)
-  with pytest.raises(checkpoints.CheckpointFileError) as e:
-    checkpoints.initial_params(config)
+  with pytest.raises(gguf_files.CheckpointFileError) as e:
+    loading.initial_params(config)
   assert str(path) in str(e.value) and "not a GGUF file" in str(e.value)
 
 
@@ -231,7 +230,7 @@ def test_truncated_file_names_the_path(gemma_file, tmp_path, keep):
   data = open(gemma_file, "rb").read()
   path = tmp_path / "cut.gguf"
   path.write_bytes(data[: int(len(data) * keep)])
-  with pytest.raises(checkpoints.CheckpointFileError) as e:
+  with pytest.raises(gguf_files.CheckpointFileError) as e:
     gguf_files.open_gguf(str(path))
   assert str(path) in str(e.value)
   assert "truncated" in str(e.value)
@@ -239,11 +238,11 @@ def test_truncated_file_names_the_path(gemma_file, tmp_path, keep):
 
 def test_scratch_has_no_file():
   with pytest.raises(ValueError, match="scratch"):
-    checkpoints.find_checkpoint_file(config_lib.base_config())
+    gguf_files.find_checkpoint_file(config_lib.base_config())
 
 
 def test_explicit_path_wins(gemma_file):
   config = _config("gemma3")
   config.checkpoint.path = gemma_file
-  assert checkpoints.find_checkpoint_file(config) == gemma_file
-  assert os.path.isfile(checkpoints.find_checkpoint_file(config))
+  assert gguf_files.find_checkpoint_file(config) == gemma_file
+  assert os.path.isfile(gguf_files.find_checkpoint_file(config))

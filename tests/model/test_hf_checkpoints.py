@@ -20,8 +20,12 @@ import numpy as np
 import pytest
 
 from spade import config as config_lib
-from spade.model import checkpoints
-from spade.model import hf_checkpoints
+from spade.model import architecture
+from spade.model import converted_cache
+from spade.model import gguf_tensors
+from spade.model import hf
+from spade.model import layout
+from spade.model import loading
 from spade.model import sharding
 from spade.model import transformer
 from spade.train import checkpoints as train_checkpoints
@@ -83,17 +87,15 @@ def _scaled_gemma3(rope_type: str) -> dict:
   return body
 
 
-def _model_config(family: str, body=None) -> transformer.ModelConfig:
-  derived = hf_checkpoints.model_config_from_hf(
-      hf_checkpoints.text_config(body or _hf_config(family))
-  )
-  return transformer.ModelConfig(
+def _model_config(family: str, body=None) -> architecture.ModelConfig:
+  derived = hf.model_config_from_hf(hf.text_config(body or _hf_config(family)))
+  return architecture.ModelConfig(
       **{k: v for k, v in derived.items() if not k.startswith("_")}
   )
 
 
 @functools.lru_cache(maxsize=None)
-def _forward(cfg: transformer.ModelConfig):
+def _forward(cfg: architecture.ModelConfig):
   """Both roles' logits in one compiled function per model config."""
   model = transformer.build_model(cfg)
 
@@ -158,7 +160,7 @@ def _write_with_transformers(family: str, directory: str, body=None):
 def test_logits_equal_transformers(family, tmp_path):
   want = _write_with_transformers(family, str(tmp_path))
   cfg = _model_config(family)
-  params = hf_checkpoints.hf_params(str(tmp_path), cfg)
+  params = hf.hf_params(str(tmp_path), cfg)
   for got in _logits(params, cfg):  # the designer's head, then the agent's
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -169,7 +171,7 @@ def test_gemma3_linear_rope_scaling_equals_transformers(tmp_path):
   want = _write_with_transformers("gemma3", str(tmp_path), body)
   cfg = _model_config("gemma3", body)
   assert cfg.rope_global_scale == 8.0
-  params = hf_checkpoints.hf_params(str(tmp_path), cfg)
+  params = hf.hf_params(str(tmp_path), cfg)
   for got in _logits(params, cfg):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   # The scale is what makes them equal: unscaled, the logits differ.
@@ -193,8 +195,8 @@ def test_gemma3_multimodal_names_load_the_text_part(tmp_path):
   _write_numpy(tmp_path / "mm", outer, renamed)
   _write_numpy(tmp_path / "text", text, tensors)
   cfg = _model_config("gemma3")
-  a = hf_checkpoints.hf_params(str(tmp_path / "mm"), cfg)
-  b = hf_checkpoints.hf_params(str(tmp_path / "text"), cfg)
+  a = hf.hf_params(str(tmp_path / "mm"), cfg)
+  b = hf.hf_params(str(tmp_path / "text"), cfg)
   jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
@@ -264,12 +266,8 @@ def qwen3_dir(tmp_path_factory):
 def test_sharded_index_maps_every_tensor(qwen3_dir):
   tensors = _numpy_tensors("qwen3")
   cfg = _model_config("qwen3")
-  params = hf_checkpoints.hf_params(qwen3_dir, cfg)
-  layers = (
-      transformer.to_per_layer_layout(params, cfg)
-      if hasattr(transformer, "to_per_layer_layout")
-      else params
-  )
+  params = hf.hf_params(qwen3_dir, cfg)
+  layers = layout.to_per_layer_layout(params, cfg)
   q = tensors["model.layers.1.self_attn.q_proj.weight"]
   np.testing.assert_array_equal(
       layers["layer_1"]["attn"]["q_proj"]["kernel"], q.T.reshape(E, H, D)
@@ -300,8 +298,8 @@ def test_load_on_a_mesh_shards_each_tensor(qwen3_dir):
   mesh_config.data, mesh_config.fsdp, mesh_config.tensor = 1, 4, 2
   mesh = sharding.make_mesh(mesh_config)
   rules = mesh_config.rules
-  placed = hf_checkpoints.hf_params(qwen3_dir, cfg, mesh, rules)
-  plain = hf_checkpoints.hf_params(qwen3_dir, cfg)
+  placed = hf.hf_params(qwen3_dir, cfg, mesh, rules)
+  plain = hf.hf_params(qwen3_dir, cfg)
   want = sharding.fitted_param_shardings(placed, mesh, rules)
   for got, spec in zip(jax.tree.leaves(placed), jax.tree.leaves(want)):
     assert got.sharding.is_equivalent_to(spec, got.ndim)
@@ -313,11 +311,11 @@ def test_load_on_a_mesh_shards_each_tensor(qwen3_dir):
 
 def test_config_mismatch_names_every_key(qwen3_dir):
   cfg = _model_config("qwen3")
-  wrong = transformer.ModelConfig(
+  wrong = architecture.ModelConfig(
       **{**cfg.__dict__, "num_layers": 3, "mlp_dim": 96, "qk_norm": False}
   )
-  with pytest.raises(hf_checkpoints.CheckpointFileError) as e:
-    hf_checkpoints.hf_params(qwen3_dir, wrong)
+  with pytest.raises(hf.CheckpointFileError) as e:
+    hf.hf_params(qwen3_dir, wrong)
   for key in ("num_layers=2", "mlp_dim=128", "qk_norm=True"):
     assert key in str(e.value)
 
@@ -325,18 +323,16 @@ def test_config_mismatch_names_every_key(qwen3_dir):
 def test_unsupported_rope_scaling_is_an_error(tmp_path):
   body = _scaled_gemma3("yarn")
   path = _write_numpy(tmp_path, body, _numpy_tensors("gemma3"))
-  with pytest.raises(hf_checkpoints.CheckpointFileError, match="yarn"):
-    hf_checkpoints.hf_params(path, _model_config("gemma3"))
+  with pytest.raises(hf.CheckpointFileError, match="yarn"):
+    hf.hf_params(path, _model_config("gemma3"))
 
 
 def test_missing_tensor_is_named(tmp_path):
   tensors = _numpy_tensors("qwen2")
   del tensors["model.layers.1.self_attn.k_proj.bias"]
   path = _write_numpy(tmp_path, _hf_config("qwen2"), tensors)
-  with pytest.raises(
-      hf_checkpoints.CheckpointFileError, match="layer_1/attn/k_proj/bias"
-  ):
-    hf_checkpoints.hf_params(path, _model_config("qwen2"))
+  with pytest.raises(hf.CheckpointFileError, match="layer_1/attn/k_proj/bias"):
+    hf.hf_params(path, _model_config("qwen2"))
 
 
 def test_truncated_file_is_named(tmp_path):
@@ -345,13 +341,13 @@ def test_truncated_file_is_named(tmp_path):
   data = open(file, "rb").read()
   with open(file, "wb") as f:
     f.write(data[: len(data) - 100])
-  with pytest.raises(hf_checkpoints.CheckpointFileError, match="truncated"):
-    hf_checkpoints.hf_params(path, _model_config("qwen2"))
+  with pytest.raises(hf.CheckpointFileError, match="truncated"):
+    hf.hf_params(path, _model_config("qwen2"))
 
 
 def test_orbax_round_trip_gives_the_same_logits(qwen3_dir, tmp_path):
   cfg = _model_config("qwen3")
-  params = hf_checkpoints.hf_params(qwen3_dir, cfg)
+  params = hf.hf_params(qwen3_dir, cfg)
   manager = train_checkpoints.make_manager(str(tmp_path))
   train_checkpoints.save(manager, 0, params, {"source": qwen3_dir})
   abstract = train_checkpoints.abstract_like(params)
@@ -365,22 +361,20 @@ def test_orbax_round_trip_gives_the_same_logits(qwen3_dir, tmp_path):
 
 def test_hf_kind_through_initial_params(qwen3_dir):
   config = config_lib.base_config()
-  derived = hf_checkpoints.model_config_from_hf(
-      hf_checkpoints.text_config(_hf_config("qwen3"))
-  )
+  derived = hf.model_config_from_hf(hf.text_config(_hf_config("qwen3")))
   config.model.update(
       {k: v for k, v in derived.items() if not k.startswith("_")}
   )
   config.checkpoint.kind = "hf"
   config.checkpoint.path = qwen3_dir
   config_lib.validate(config)
-  params = checkpoints.initial_params(config)
-  direct = hf_checkpoints.hf_params(qwen3_dir, config.model)
+  params = loading.initial_params(config)
+  direct = hf.hf_params(qwen3_dir, config.model)
   jax.tree.map(np.testing.assert_array_equal, params, direct)
   # On a mesh every tensor arrives in its shards (the engine's start).
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 4, 2
   mesh = sharding.make_mesh(config.mesh)
-  placed = checkpoints.initial_params(config, None, mesh, config.mesh.rules)
+  placed = loading.initial_params(config, None, mesh, config.mesh.rules)
   table = placed["heads"]["agent"]["unembedding"]
   assert table.addressable_shards[0].data.size < table.size
   jax.tree.map(np.testing.assert_array_equal, placed, direct)
@@ -392,17 +386,15 @@ def test_engine_reads_its_checkpoint_onto_its_mesh(qwen3_dir, monkeypatch):
   from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
 
   seen = []
-  real = hf_checkpoints.load_checkpoint
+  real = loading.load_checkpoint
 
   def spy(config, mesh=None, rules=()):
     seen.append(mesh)
     return real(config, mesh, rules)
 
-  monkeypatch.setattr(hf_checkpoints, "load_checkpoint", spy)
+  monkeypatch.setattr(loading, "load_checkpoint", spy)
   config = config_lib.base_config()
-  derived = hf_checkpoints.model_config_from_hf(
-      hf_checkpoints.text_config(_hf_config("qwen3"))
-  )
+  derived = hf.model_config_from_hf(hf.text_config(_hf_config("qwen3")))
   config.model.update(
       {k: v for k, v in derived.items() if not k.startswith("_")}
   )
@@ -413,21 +405,21 @@ def test_engine_reads_its_checkpoint_onto_its_mesh(qwen3_dir, monkeypatch):
 
 
 def test_qwen3_shapes_match_the_published_sizes():
-  eight = transformer.qwen3_shapes("8b")
+  eight = architecture.qwen3_shapes("8b")
   assert (eight["num_layers"], eight["embed_dim"], eight["mlp_dim"]) == (
       36,
       4096,
       12288,
   )
   assert not eight["tie_embeddings"]
-  four = transformer.qwen3_shapes("4b")
+  four = architecture.qwen3_shapes("4b")
   assert (four["embed_dim"], four["mlp_dim"], four["tie_embeddings"]) == (
       2560,
       9728,
       True,
   )
   with pytest.raises(ValueError, match="0.6b"):
-    transformer.qwen3_shapes("14b")
+    architecture.qwen3_shapes("14b")
 
 
 # ---------------------------------------------------------------------------
@@ -439,7 +431,7 @@ def gguf_config(tmp_path, monkeypatch):
   from tests.model import test_checkpoints as gguf_tests  # pylint: disable=g-import-not-at-top
 
   monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
-  monkeypatch.setattr(hf_checkpoints, "MIN_CACHED_BYTES", 0)
+  monkeypatch.setattr(converted_cache, "MIN_CACHED_BYTES", 0)
   config = gguf_tests._config("qwen2")  # pylint: disable=protected-access
   config.checkpoint.path = gguf_tests._write(  # pylint: disable=protected-access
       tmp_path / "tiny.gguf", "qwen2", gguf_tests._tensors("qwen2")  # pylint: disable=protected-access
@@ -453,28 +445,28 @@ def _converted_dirs(config):
 
 
 def test_converted_copy_is_kept_and_restored(gguf_config, capfd):
-  direct = transformer.to_model_layout(
-      checkpoints.gguf_params(
+  direct = layout.to_model_layout(
+      gguf_tensors.gguf_params(
           gguf_config.checkpoint.path, gguf_config.model, "qwen2_gguf"
       ),
       gguf_config.model,
   )
-  first = checkpoints.initial_params(gguf_config)
+  first = loading.initial_params(gguf_config)
   assert "kept a copy" in capfd.readouterr().err
   assert len(_converted_dirs(gguf_config)) == 1
-  second = checkpoints.initial_params(gguf_config)
+  second = loading.initial_params(gguf_config)
   assert "loaded" in capfd.readouterr().err
   jax.tree.map(np.testing.assert_array_equal, first, direct)
   jax.tree.map(np.testing.assert_array_equal, second, direct)
   # A changed model config is another copy, not a wrong one.
   gguf_config.model.norm_eps = 1e-5
-  checkpoints.initial_params(gguf_config)
+  loading.initial_params(gguf_config)
   assert len(_converted_dirs(gguf_config)) == 2
 
 
 @pytest.mark.parametrize("damage", ["zero_bytes", "truncate"])
 def test_corrupt_copy_is_reported_and_rebuilt(gguf_config, capfd, damage):
-  first = checkpoints.initial_params(gguf_config)
+  first = loading.initial_params(gguf_config)
   (name,) = _converted_dirs(gguf_config)
   file = os.path.join(os.environ["SPADE_CACHE"], "converted", name)
   size = os.path.getsize(file)
@@ -485,11 +477,11 @@ def test_corrupt_copy_is_reported_and_rebuilt(gguf_config, capfd, damage):
   else:
     os.truncate(file, size - 1000)
   capfd.readouterr()
-  second = checkpoints.initial_params(gguf_config)
+  second = loading.initial_params(gguf_config)
   err = capfd.readouterr().err
   assert "corrupt" in err and "rebuilding" in err
   jax.tree.map(np.testing.assert_array_equal, first, second)
-  third = checkpoints.initial_params(gguf_config)
+  third = loading.initial_params(gguf_config)
   assert "loaded" in capfd.readouterr().err
   jax.tree.map(np.testing.assert_array_equal, first, third)
 

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from spade.model import checkpoints
 from spade.model import gguf_files
+from spade.model import loading
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
@@ -74,7 +74,7 @@ def test_greedy_continuation_matches_transformers(kind):
   _skip_unless_available(kind)
   ref = _reference()
   config = _config(kind)
-  params = checkpoints.initial_params(config)
+  params = loading.initial_params(config)
   sampler = sampler_lib.Sampler(
       *transformer.sampling_fns(config.model, transformer.Role.AGENT),
       pad_id=0,

@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 
 from spade import config as config_lib
+from spade.model import architecture
+from spade.model import kv_cache
+from spade.model import layers
+from spade.model import layout
 from spade.model import transformer as T
 
 
@@ -130,8 +134,8 @@ def test_published_sizes_give_published_parameter_counts():
   count the input embedding once.
   """
   for shapes, expected in (
-      (T.gemma3_shapes("270m"), 268_098_176),
-      (T.qwen2_shapes("0.5b"), 494_032_768),
+      (architecture.gemma3_shapes("270m"), 268_098_176),
+      (architecture.qwen2_shapes("0.5b"), 494_032_768),
   ):
     cfg = config_lib.base_config().model
     cfg.update(shapes)
@@ -149,35 +153,35 @@ def test_published_sizes_give_published_parameter_counts():
 
 
 def test_gemma3_shapes_table():
-  s = T.gemma3_shapes("27b")
+  s = architecture.gemma3_shapes("27b")
   assert (s["num_layers"], s["embed_dim"], s["num_heads"]) == (62, 5376, 32)
   assert (s["num_kv_heads"], s["head_dim"], s["mlp_dim"]) == (16, 128, 21504)
   assert s["query_scale"] == 5376 / 32 and s["sliding_window"] == 1024
-  assert T.gemma3_shapes("1b")["mlp_dim"] == 6912
-  assert T.gemma3_shapes("4b")["num_kv_heads"] == 4
-  assert T.gemma3_shapes("12b")["embed_dim"] == 3840
+  assert architecture.gemma3_shapes("1b")["mlp_dim"] == 6912
+  assert architecture.gemma3_shapes("4b")["num_kv_heads"] == 4
+  assert architecture.gemma3_shapes("12b")["embed_dim"] == 3840
   with pytest.raises(ValueError, match="choose one of"):
-    T.gemma3_shapes("2b")
+    architecture.gemma3_shapes("2b")
 
 
 def test_layer_kinds_and_rope_bases():
-  cfg = T.ModelConfig.from_config(T.gemma3_shapes("270m"))
+  cfg = architecture.ModelConfig.from_config(architecture.gemma3_shapes("270m"))
   kinds = [cfg.is_global(i) for i in range(18)]
   assert [i for i, g in enumerate(kinds) if g] == [5, 11, 17]
   assert cfg.rope_base(5) == 1e6 and cfg.rope_base(0) == 1e4
   assert cfg.window(0) == 512 and cfg.window(5) == 0
-  assert T.cache_sizes(cfg, 100)[:6] == [100] * 6
-  assert T.cache_sizes(cfg, 2000)[:6] == [512] * 5 + [2000]
-  qwen = T.ModelConfig.from_config(T.qwen2_shapes())
+  assert kv_cache.cache_sizes(cfg, 100)[:6] == [100] * 6
+  assert kv_cache.cache_sizes(cfg, 2000)[:6] == [512] * 5 + [2000]
+  qwen = architecture.ModelConfig.from_config(architecture.qwen2_shapes())
   assert all(qwen.is_global(i) for i in range(24))
   with pytest.raises(ValueError, match="unknown model config keys"):
-    T.ModelConfig.from_config({"embed_dims": 3})
+    architecture.ModelConfig.from_config({"embed_dims": 3})
 
 
 def test_rmsnorm_matches_formula():
   x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype(np.float32)
   scale = np.linspace(0.5, 2.0, 8).astype(np.float32)
-  y = T.RMSNorm(1e-6, jnp.float32).apply({"params": {"scale": scale}}, x)
+  y = layers.RMSNorm(1e-6, jnp.float32).apply({"params": {"scale": scale}}, x)
   ref = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + 1e-6) * scale
   np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
@@ -185,7 +189,7 @@ def test_rmsnorm_matches_formula():
 def test_rope_is_rotate_half_and_relative():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
-  out = np.asarray(T.apply_rope(x, jnp.array([[3]]), 10_000.0))
+  out = np.asarray(layers.apply_rope(x, jnp.array([[3]]), 10_000.0))
   freq = 10_000.0 ** (-np.arange(4) * 2 / 8)
   c, s = np.cos(3 * freq), np.sin(3 * freq)
   x1, x2 = x[..., :4], x[..., 4:]
@@ -195,8 +199,8 @@ def test_rope_is_rotate_half_and_relative():
   q = rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
 
   def dot(pq, pk):
-    rq = T.apply_rope(q, jnp.array([[pq]]), 100.0)
-    rk = T.apply_rope(x, jnp.array([[pk]]), 100.0)
+    rq = layers.apply_rope(q, jnp.array([[pq]]), 100.0)
+    rk = layers.apply_rope(x, jnp.array([[pk]]), 100.0)
     return float(jnp.sum(rq * rk))
 
   assert dot(7, 2) == pytest.approx(dot(15, 10), rel=1e-4)
@@ -226,7 +230,7 @@ def test_cached_prefill_and_decode_match_full_forward(gemma, forward):
     )
 
   for prefill in (3, 6):
-    cache = T.init_cache(model.cfg, 2, 12)
+    cache = kv_cache.init_cache(model.cfg, 2, 12)
     logits, cache = run(params, tokens[:, :prefill], 0, cache, prefill)
     np.testing.assert_allclose(logits, full[:, :prefill], atol=1e-5)
     for t in range(prefill, 12):
@@ -275,7 +279,7 @@ def test_qwen_forward_decodes_with_cache(qwen):
         model.apply, {"params": params}, role=T.Role.AGENT
     )
     full = apply(tokens, jnp.arange(5)[None])[0]
-    cache = T.init_cache(model.cfg, 1, 5)
+    cache = kv_cache.init_cache(model.cfg, 1, 5)
     prefix, cache = apply(
         tokens[:, :4], jnp.arange(4)[None], cache=cache, cache_index=0
     )
@@ -302,7 +306,9 @@ def test_param_logical_axes_names_every_parameter(gemma):
   assert block["mlp"]["down"]["kernel"] == P("layers", "mlp", "embed")
   # The per-layer layout of the loaders has no layer axis.
   per_layer = T.param_logical_axes(
-      T.to_per_layer_layout(params, T.ModelConfig.from_config(_tiny()))
+      layout.to_per_layer_layout(
+          params, architecture.ModelConfig.from_config(_tiny())
+      )
   )
   assert per_layer["layer_0"]["mlp"]["down"]["kernel"] == P("mlp", "embed")
   with pytest.raises(ValueError, match="PARAM_AXES"):
@@ -312,7 +318,7 @@ def test_param_logical_axes_names_every_parameter(gemma):
 @pytest.mark.slow
 def test_chunked_target_logprobs_equal_full_log_softmax():
   """The update's chunked scoring equals log_softmax of the full logits."""
-  cfg = T.ModelConfig.from_config(config_lib.base_config().model)
+  cfg = architecture.ModelConfig.from_config(config_lib.base_config().model)
   model = T.build_model(cfg)
   params = T.init_params(cfg, jax.random.PRNGKey(3))
   tokens = jax.random.randint(jax.random.PRNGKey(4), (2, 11), 0, 259)
@@ -358,7 +364,7 @@ def test_chunked_target_logprobs_equal_full_log_softmax():
 def test_score_mask_skips_chunks_with_nothing_to_score():
   """Chunks without a scored position give 0 and no gradient; the rest,
   and the gradient of the scored positions, are those of the full pass."""
-  cfg = T.ModelConfig.from_config(config_lib.base_config().model)
+  cfg = architecture.ModelConfig.from_config(config_lib.base_config().model)
   model = T.build_model(cfg)
   params = T.init_params(cfg, jax.random.PRNGKey(3))
   tokens = jax.random.randint(jax.random.PRNGKey(4), (2, 16), 0, 259)
@@ -398,31 +404,31 @@ def _reference_forward(cfg, per_layer, tokens, role=T.Role.AGENT):
   Built from the model's own `Block`, embedder scaling, final norm and head,
   so it checks the scan, the stacking and the local/global pattern.
   """
-  cfg = T.ModelConfig.from_config(cfg)
+  cfg = architecture.ModelConfig.from_config(cfg)
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
   x = per_layer["embedder"]["input_embedding"][tokens]
   if cfg.scale_embeddings:
     x = x * jnp.sqrt(float(cfg.embed_dim))
   for i in range(cfg.num_layers):
-    x, _ = T.Block(cfg, cfg.is_global(i)).apply(
+    x, _ = layers.Block(cfg, cfg.is_global(i)).apply(
         {"params": per_layer[f"layer_{i}"]},
         x, positions, positions, None, None, None,
     )  # fmt: skip
-  x = T.RMSNorm(cfg.norm_eps, jnp.float32).apply(
+  x = layers.RMSNorm(cfg.norm_eps, jnp.float32).apply(
       {"params": per_layer["final_norm"]}, x
   )
-  table = per_layer["heads"][T.ROLE_HEADS[role]]["unembedding"]
+  table = per_layer["heads"][T.Role(role).head]["unembedding"]
   return jnp.einsum("ble,ve->blv", x, table)
 
 
 def test_stacked_layout_round_trips_and_matches_a_layer_loop():
   """5 layers, global every 2: two scanned pairs and a one-layer tail."""
   cfg = _tiny(num_layers=5, global_every=2)
-  mc = T.ModelConfig.from_config(cfg)
+  mc = architecture.ModelConfig.from_config(cfg)
   assert mc.stacks() == [("layers", 0, 2, 2), ("tail", 4, 1, 1)]
   params = T.init_params(cfg, jax.random.key(5))
   assert set(params) == {"embedder", "layers", "tail", "final_norm", "heads"}
-  per_layer = T.to_per_layer_layout(params, cfg)
+  per_layer = layout.to_per_layer_layout(params, cfg)
   assert {k for k in per_layer if k.startswith("layer_")} == {
       f"layer_{i}" for i in range(5)
   }
@@ -435,18 +441,18 @@ def test_stacked_layout_round_trips_and_matches_a_layer_loop():
       per_layer["layer_4"]["attn"]["q_proj"]["kernel"],
       params["tail"]["block_0"]["attn"]["q_proj"]["kernel"][0],
   )
-  back = T.to_model_layout(per_layer, cfg)
+  back = layout.to_model_layout(per_layer, cfg)
   assert jax.tree.structure(back) == jax.tree.structure(params)
   for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params)):
     np.testing.assert_array_equal(a, b)
   # Already stacked: returned as is. Host (numpy) trees stay on the host.
-  assert T.to_model_layout(params, cfg).keys() == params.keys()
-  host = T.to_model_layout(jax.tree.map(np.asarray, per_layer), cfg)
+  assert layout.to_model_layout(params, cfg).keys() == params.keys()
+  host = layout.to_model_layout(jax.tree.map(np.asarray, per_layer), cfg)
   assert isinstance(
       host["layers"]["block_0"]["mlp"]["up"]["kernel"], np.ndarray
   )
   with pytest.raises(ValueError, match="num_layers=5"):
-    T.to_model_layout({k: v for k, v in per_layer.items() if k != "layer_4"},
+    layout.to_model_layout({k: v for k, v in per_layer.items() if k != "layer_4"},
                       cfg)  # fmt: skip
 
   tokens = jax.random.randint(jax.random.key(6), (2, 12), 0, 259)
@@ -460,27 +466,31 @@ def test_stacked_layout_round_trips_and_matches_a_layer_loop():
 
 
 def test_published_sizes_scan_their_local_global_period():
-  cfg = T.ModelConfig.from_config(T.gemma3_shapes("1b"))  # 26 = 4 * 6 + 2
+  cfg = architecture.ModelConfig.from_config(
+      architecture.gemma3_shapes("1b")
+  )  # 26 = 4 * 6 + 2
   assert cfg.stacks() == [("layers", 0, 4, 6), ("tail", 24, 1, 2)]
-  cache = jax.eval_shape(lambda: T.init_cache(cfg, 2, 2000))
+  cache = jax.eval_shape(lambda: kv_cache.init_cache(cfg, 2, 2000))
   assert cache["layers"]["block_0"]["k"].shape == (4, 2, 512, 256)
   assert cache["layers"]["block_5"]["k"].shape == (4, 2, 2000, 256)
   assert cache["tail"]["block_1"]["pos"].shape == (1, 2, 512)
-  assert T.ModelConfig.from_config(T.gemma3_shapes("270m")).stacks() == [
-      ("layers", 0, 3, 6)
-  ]
-  assert T.ModelConfig.from_config(T.qwen2_shapes()).stacks() == [
-      ("layers", 0, 24, 1)
-  ]
+  assert architecture.ModelConfig.from_config(
+      architecture.gemma3_shapes("270m")
+  ).stacks() == [("layers", 0, 3, 6)]
+  assert architecture.ModelConfig.from_config(
+      architecture.qwen2_shapes()
+  ).stacks() == [("layers", 0, 24, 1)]
 
 
 def test_remat_names_match_the_config_choices():
   choices = set(config_lib._CHOICES["model.remat"])
-  assert choices == set(T.REMAT_POLICIES) | set(T._REMAT_ALIASES)
-  assert T.ModelConfig.from_config({"remat": True}).remat == "full"
-  assert T.ModelConfig.from_config({"remat": False}).remat == "none"
+  assert choices == set(architecture.REMAT_POLICIES) | set(
+      architecture._REMAT_ALIASES
+  )
+  assert architecture.ModelConfig.from_config({"remat": True}).remat == "full"
+  assert architecture.ModelConfig.from_config({"remat": False}).remat == "none"
   with pytest.raises(ValueError, match="remat"):
-    T.ModelConfig.from_config({"remat": "sometimes"})
+    architecture.ModelConfig.from_config({"remat": "sometimes"})
 
 
 def _scored(cfg, params, tokens):
@@ -505,7 +515,7 @@ def test_every_remat_policy_gives_the_same_loss_and_gradients():
     return fn(params)
 
   l0, g0 = loss_and_grad("none")
-  for policy in sorted(set(T.REMAT_POLICIES) - {"none"}):
+  for policy in sorted(set(architecture.REMAT_POLICIES) - {"none"}):
     l1, g1 = loss_and_grad(policy)
     np.testing.assert_allclose(l1, l0, rtol=1e-6, err_msg=policy)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
@@ -570,7 +580,7 @@ def test_bfloat16_log_probs_stay_close_to_float32():
   c = _tiny(dtype="bfloat16", param_dtype="bfloat16")
   p = T.init_params(c, jax.random.key(0))
   assert {x.dtype for x in jax.tree.leaves(p)} == {jnp.dtype(jnp.bfloat16)}
-  cache = T.init_cache(c, 2, 8)
+  cache = kv_cache.init_cache(c, 2, 8)
   assert cache["layers"]["block_0"]["k"].dtype == jnp.bfloat16
   logits, cache = T.build_model(c).apply(
       {"params": p}, tokens[:2, :8], jnp.broadcast_to(jnp.arange(8), (2, 8)),
@@ -628,3 +638,11 @@ def test_per_layer_decoding_matches_the_scanned_model(family):
   )[0]  # fmt: skip
   np.testing.assert_allclose(per_layer[:, 1:], full[:, 4:], atol=1e-4)
   np.testing.assert_allclose(per_layer[:, 0], full[:, 3], atol=1e-4)
+
+
+def test_role_names_its_head():
+  assert [r.head for r in T.Role] == ["designer", "agent"]
+  assert T.Role.of("agent") is T.Role.AGENT
+  assert T.Role.of("designer") is T.Role.DESIGNER
+  with pytest.raises(ValueError, match="designer"):
+    T.Role.of("critic")

@@ -1,0 +1,197 @@
+"""The KV cache: its shape, an empty one, and writing new keys and values.
+
+`init_cache` makes a cache stacked like the parameters: per block the keys
+and values (RoPE already applied) and the position of each slot (-1 =
+empty), with the leading layer axis; or, for the decoding layout, one entry
+per layer. A global layer's cache holds the whole sequence; a sliding-window
+layer's cache is a ring buffer of `min(window, length)` slots, slot = time %
+size. `write` puts a step's keys and values in place; `layer_view` reads one
+layer of a stacked cache.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from spade.model import architecture
+
+Array = jax.Array
+# {stack: {block: {"k", "v", "pos": array}}}, or {layer: {...}} per layer.
+Cache = dict[str, dict[str, dict[str, Array]]]
+
+# Logical names of the KV cache entries.
+# k and v are [layers, batch * kv_heads, slots, head_dim] (row b * kv_heads + j
+# is KV head j of row b); pos is [layers, batch, slots].
+CACHE_AXES = {
+    "k": ("layers", "batch", "length", "head_dim"),
+    "v": ("layers", "batch", "length", "head_dim"),
+    "pos": ("layers", "batch", "length"),
+}
+
+
+def _constrain(x: Array, *axes: str | None) -> Array:
+  return nn.with_logical_constraint(x, axes)
+
+
+def cache_sizes(model_config, length: int) -> list[int]:
+  """Slots per layer for a cache of `length` steps (ring = min(window, L))."""
+  cfg = architecture.ModelConfig.from_config(model_config)
+  return [
+      length if cfg.is_global(i) else min(cfg.window(i), length)
+      for i in range(cfg.num_layers)
+  ]
+
+
+def init_cache(
+    model_config, batch: int, length: int, per_layer: bool = False
+) -> Cache:
+  """An empty KV cache for `batch` rows and `length` steps (prompt + new).
+
+  Returns {stack: {"block_j": {"k", "v": [n, B * kv_heads, S_j, head_dim] in
+  `config.model.dtype`, "pos": int32[n, B, S_j] = -1}}}, stacked like the
+  parameters (n groups in the stack), with S_j = length for global layers and
+  min(window, length) for sliding ones; with `per_layer`, {"layer_i": {"k",
+  "v": [B * kv_heads, S_i, head_dim], "pos": int32[B, S_i]}} for
+  `Transformer(per_layer=True)` (`spade.model.transformer`). Inside a jit
+  under a mesh the entries are constrained to `CACHE_AXES` (batch-sharded).
+  """
+  cfg = architecture.ModelConfig.from_config(model_config)
+  dtype = jnp.dtype(cfg.dtype)
+  sizes = cache_sizes(cfg, length)
+  if per_layer:
+    shapes = {
+        "k": (batch * cfg.num_kv_heads, None, cfg.head_dim),
+        "v": (batch * cfg.num_kv_heads, None, cfg.head_dim),
+        "pos": (batch, None),
+    }
+    return {
+        f"layer_{i}": {
+            key: _constrain(
+                jnp.full(
+                    tuple(sizes[i] if d is None else d for d in shape),
+                    -1 if key == "pos" else 0,
+                    jnp.int32 if key == "pos" else dtype,
+                ),
+                *CACHE_AXES[key][1:],
+            )
+            for key, shape in shapes.items()
+        }
+        for i in range(cfg.num_layers)
+    }
+  cache = {}
+  for name, first, groups, size in cfg.stacks():
+    cache[name] = {}
+    for j in range(size):
+      slots = sizes[first + j]
+      shape = (groups, batch * cfg.num_kv_heads, slots, cfg.head_dim)
+      block = {
+          "k": jnp.zeros(shape, dtype),
+          "v": jnp.zeros(shape, dtype),
+          "pos": jnp.full((groups, batch, slots), -1, jnp.int32),
+      }
+      cache[name][f"block_{j}"] = {
+          key: _constrain(value, *CACHE_AXES[key])
+          for key, value in block.items()
+      }
+  return cache
+
+
+def _write_cache(
+    layer_cache: dict[str, Array],
+    k: Array,
+    v: Array,
+    pos: Array,
+    cache_index: Array,
+) -> dict[str, Array]:
+  """Writes L new entries at slots (cache_index + j) % size of the buffers.
+
+  A global layer's buffer must have room (cache_index + L <= size); callers
+  size it (the sampler uses prompt bucket + max_new_tokens). Ring buffers
+  (sliding layers) wrap and keep the last `size` entries.
+  """
+  size = layer_cache["pos"].shape[1]
+  length = k.shape[1]
+  new = {"k": k, "v": v, "pos": pos}
+  if length == 1 or length < size:
+    start = cache_index % size
+    if length == 1:
+      return {
+          name: jax.lax.dynamic_update_slice_in_dim(
+              layer_cache[name],
+              new[name].astype(layer_cache[name].dtype),
+              start,
+              axis=1,
+          )
+          for name in new
+      }
+    slots = (start + jnp.arange(length)) % size
+    return {
+        name: (
+            layer_cache[name]
+            .at[:, slots]
+            .set(new[name].astype(layer_cache[name].dtype))
+        )
+        for name in new
+    }
+  # At least `size` new entries: only the last `size` survive; entry
+  # cache_index + L - size + j lands in slot (cache_index + L - size + j) % size.
+  shift = (cache_index + length - size) % size
+  return {
+      name: jnp.roll(
+          new[name][:, length - size :].astype(layer_cache[name].dtype),
+          shift,
+          axis=1,
+      )
+      for name in new
+  }
+
+
+def write(
+    cache: dict[str, Array],
+    index: Array | None,
+    k: Array,
+    v: Array,
+    pos: Array,
+    cache_index: Array,
+) -> dict[str, Array]:
+  """`_write_cache` on layer `index` of a stacked cache ([layers, ...]).
+
+  A one-token step writes its slot straight into the stacked buffers, so the
+  decode loop updates them in place instead of rewriting a layer's buffer.
+  """
+  if index is None:  # a per-layer cache (`Transformer(per_layer=True)`)
+    return _write_cache(cache, k, v, pos, cache_index)
+  new = {"k": k, "v": v, "pos": pos}
+  if k.shape[1] == 1:
+    slot = cache_index % cache["pos"].shape[-1]
+    zero = jnp.zeros((), jnp.int32)
+    return {
+        name: jax.lax.dynamic_update_slice(
+            cache[name],
+            new[name][None].astype(cache[name].dtype),
+            (index, zero, slot) + (zero,) * (cache[name].ndim - 3),
+        )
+        for name in new
+    }
+  layer = layer_view(cache, index)
+  written = _write_cache(layer, k, v, pos, cache_index)
+  return {
+      name: jax.lax.dynamic_update_index_in_dim(
+          cache[name], written[name], index, 0
+      )
+      for name in new
+  }
+
+
+def layer_view(
+    cache: dict[str, Array], index: Array | None
+) -> dict[str, Array]:
+  """Layer `index` of a stacked cache; a per-layer cache (None) as is."""
+  if index is None:
+    return cache
+  return {
+      name: jax.lax.dynamic_index_in_dim(value, index, 0, keepdims=False)
+      for name, value in cache.items()
+  }

@@ -1,0 +1,434 @@
+"""The decoder's layers: norm, RoPE, projections, attention, MLP, one block.
+
+One set of layers covers Gemma 3 and Qwen2/Qwen3; `config.model` switches
+the parts that differ (post norms, q/k norm, q/k/v biases, sliding-window
+layers, the MLP activation).
+
+Every parameter carries logical axis names ("layers", "vocab", "embed",
+"heads", "kv_heads", "head_dim", "mlp"), listed once in `PARAM_AXES`;
+activations are constrained with ("batch", "length", ...) names.
+`spade.model.sharding` maps them onto a mesh with the rule table in
+`config.mesh.rules`.
+
+Precision: `config.model.dtype` is the activations' and the KV cache's type;
+every matmul accumulates in float32 (`preferred_element_type`), and norms,
+RoPE, the MLP's activation, softmax, logits and log-probs are float32.
+`config.model.param_dtype` is the stored parameters' type.
+
+Attention masks are computed from positions: a key is visible when its slot
+is filled, its position is <= the query's and, on a sliding layer, query -
+key < window (the cache itself is `spade.model.kv_cache`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+from jax.ad_checkpoint import checkpoint_name
+import jax.numpy as jnp
+import numpy as np
+
+from spade.model import architecture
+from spade.model import kv_cache
+
+Array = jax.Array
+
+
+# The mask value Gemma uses: finite, so a row with no visible key (a padding
+# query) gives a uniform softmax instead of NaN.
+_MASK_VALUE = -2.3819763e38
+
+# Logical axis names of every parameter, keyed by the last two path parts
+# (module name, parameter name). The module declares its parameters with these
+# names and `param_logical_axes` reads them back for plain (unboxed) trees.
+PARAM_AXES = {
+    ("embedder", "input_embedding"): ("vocab", "embed"),
+    ("q_proj", "kernel"): ("embed", "heads", "head_dim"),
+    ("q_proj", "bias"): ("heads", "head_dim"),
+    ("k_proj", "kernel"): ("embed", "kv_heads", "head_dim"),
+    ("k_proj", "bias"): ("kv_heads", "head_dim"),
+    ("v_proj", "kernel"): ("embed", "kv_heads", "head_dim"),
+    ("v_proj", "bias"): ("kv_heads", "head_dim"),
+    ("o_proj", "kernel"): ("heads", "head_dim", "embed"),
+    ("q_norm", "scale"): ("head_dim",),
+    ("k_norm", "scale"): ("head_dim",),
+    ("pre_attention_norm", "scale"): ("embed",),
+    ("post_attention_norm", "scale"): ("embed",),
+    ("pre_ffw_norm", "scale"): ("embed",),
+    ("post_ffw_norm", "scale"): ("embed",),
+    ("final_norm", "scale"): ("embed",),
+    ("gate", "kernel"): ("embed", "mlp"),
+    ("up", "kernel"): ("embed", "mlp"),
+    ("down", "kernel"): ("mlp", "embed"),
+    ("designer", "unembedding"): ("vocab", "embed"),
+    ("agent", "unembedding"): ("vocab", "embed"),
+}
+
+
+def constrain(x: Array, *axes: str | None) -> Array:
+  return nn.with_logical_constraint(x, axes)
+
+
+def logical_init(init: Callable[..., Array], module: str, name: str):
+  return nn.with_logical_partitioning(init, PARAM_AXES[(module, name)])
+
+
+# The variable collection of low-rank adapters (`spade.train.lora`): a
+# module with {"a": A[*in, r], "b": B[r, *out]} in it adds u - sg(u), with
+# u = sg(x)·A·B, to its output (B already holds the adapters' scale). The
+# kernels are the merged weights the model runs with, so the value is
+# theirs exactly and so is the gradient to x (sg(x): the kernel already
+# holds A·B), while the gradient reaches A and B without the kernel's own
+# gradient (x^T·dy, as costly as the forward matmul) ever being formed.
+LORA = "lora"
+
+
+class RMSNorm(nn.Module):
+  """y = x * rsqrt(mean(x^2) + eps) * scale; `scale` is the full multiplier."""
+
+  eps: float
+  param_dtype: Any
+  axes_key: str = "final_norm"
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    scale = self.param(
+        "scale",
+        logical_init(nn.initializers.ones, self.axes_key, "scale"),
+        (x.shape[-1],),
+        self.param_dtype,
+    )
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def apply_rope(
+    x: Array, positions: Array, base: float, scale: float = 1.0
+) -> Array:
+  """Rotate-half (GPT-NeoX / HF) RoPE; x: [B, L, N, H], positions: [B, L].
+
+  `scale` > 1 is linear RoPE scaling (Hugging Face's "linear" rope type):
+  every frequency divided by it, as if positions were `scale` times closer.
+  """
+  half = x.shape[-1] // 2
+  freq = base ** (-np.arange(half, dtype=np.float32) * 2.0 / x.shape[-1])
+  freq = freq / np.float32(scale)
+  angle = positions.astype(jnp.float32)[..., None] * jnp.asarray(freq)
+  sin = jnp.sin(angle)[:, :, None, :]
+  cos = jnp.cos(angle)[:, :, None, :]
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+class Linear(nn.Module):
+  """x[..., *in] @ kernel[*in, *features] (+ bias[*features]).
+
+  Written out rather than `nn.DenseGeneral`, whose flattened kernel init
+  breaks multi-axis logical partitioning under a mesh.
+
+  Attributes:
+    features: output dimensions.
+    contract: how many trailing input dimensions are contracted.
+    use_bias: add a bias over the output dimensions.
+    cfg: the model config (dtypes).
+  """
+
+  features: tuple[int, ...]
+  contract: int
+  use_bias: bool
+  cfg: architecture.ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    c, f = self.contract, len(self.features)
+    pdt = jnp.dtype(self.cfg.param_dtype)
+    init = nn.initializers.lecun_normal(
+        in_axis=tuple(range(c)), out_axis=tuple(range(c, c + f))
+    )
+    kernel = self.param(
+        "kernel",
+        logical_init(init, self.name, "kernel"),
+        tuple(x.shape[x.ndim - c :]) + tuple(self.features),
+        pdt,
+    )
+    dtype = jnp.dtype(self.cfg.dtype)
+    # Float32 accumulation whatever the activations' type; one rounding to
+    # `dtype` at the end.
+    y = jax.lax.dot_general(
+        x.astype(dtype),
+        kernel.astype(dtype),
+        ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
+        preferred_element_type=jnp.float32,
+    )
+    if self.has_variable(LORA, "a"):
+      a, b = self.get_variable(LORA, "a"), self.get_variable(LORA, "b")
+      xa = jax.lax.dot_general(
+          jax.lax.stop_gradient(x).astype(dtype),
+          a.astype(dtype),
+          ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
+          preferred_element_type=jnp.float32,
+      )
+      delta = jax.lax.dot_general(
+          xa.astype(dtype),
+          b.astype(dtype),
+          (((xa.ndim - 1,), (0,)), ((), ())),
+          preferred_element_type=jnp.float32,
+      )
+      y = y + gradient_only(delta)
+    if self.use_bias:
+      bias = self.param(
+          "bias",
+          logical_init(nn.initializers.zeros, self.name, "bias"),
+          tuple(self.features),
+          pdt,
+      )
+      y = y + bias.astype(jnp.float32)
+    return y.astype(dtype)
+
+
+def gradient_only(delta: Array) -> Array:
+  """Zero, with the gradient of `delta` (an adapter's term, see `LORA`)."""
+  return delta - jax.lax.stop_gradient(delta)
+
+
+def _proj(
+    name: str,
+    features,
+    contract: int,
+    cfg: architecture.ModelConfig,
+    use_bias=False,
+) -> Linear:
+  if isinstance(features, int):
+    features = (features,)
+  return Linear(tuple(features), contract, use_bias, cfg, name=name)
+
+
+class Attention(nn.Module):
+  """GQA with optional q/k norm and q/k/v biases, RoPE, sliding window.
+
+  Attributes:
+    cfg: the model config.
+    is_global: attend over the whole sequence (else over the sliding window),
+      with the global RoPE base (else the local one).
+  """
+
+  cfg: architecture.ModelConfig
+  is_global: bool
+
+  @nn.compact
+  def __call__(
+      self,
+      x: Array,
+      positions: Array,
+      key_pos: Array,
+      cache: dict[str, Array] | None,
+      cache_index: Array | None,
+      index: Array | None,
+  ) -> tuple[Array, dict[str, Array] | None]:
+    cfg = self.cfg
+    n, kv, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    dtype = jnp.dtype(cfg.dtype)
+    q = _proj("q_proj", (n, h), 1, cfg, cfg.qkv_bias)(x)
+    k = _proj("k_proj", (kv, h), 1, cfg, cfg.qkv_bias)(x)
+    v = _proj("v_proj", (kv, h), 1, cfg, cfg.qkv_bias)(x)
+    q = checkpoint_name(q, "query_proj")
+    k = checkpoint_name(k, "key_proj")
+    v = checkpoint_name(v, "value_proj")
+    q = constrain(q, "batch", "length", "heads", "head_dim")
+    k = constrain(k, "batch", "length", "kv_heads", "head_dim")
+    v = constrain(v, "batch", "length", "kv_heads", "head_dim")
+    if cfg.qk_norm:
+      pdt = jnp.dtype(cfg.param_dtype)
+      q = RMSNorm(cfg.norm_eps, pdt, "q_norm", name="q_norm")(q)
+      k = RMSNorm(cfg.norm_eps, pdt, "k_norm", name="k_norm")(k)
+    if self.is_global:
+      base, window = cfg.rope_global_base, 0
+      rope_scale = cfg.rope_global_scale
+    else:
+      base, window = cfg.rope_local_base, cfg.sliding_window
+      rope_scale = 1.0
+    scale = (cfg.query_scale if cfg.query_scale > 0 else h) ** -0.5
+    # RoPE and the query scale in float32, one rounding to `dtype` after.
+    q32 = apply_rope(q.astype(jnp.float32), positions, base, rope_scale)
+    q = (q32 * jnp.float32(scale)).astype(dtype)
+    k = apply_rope(k.astype(jnp.float32), positions, base, rope_scale)
+    k = k.astype(dtype)
+
+    b, length = q.shape[:2]
+    g = n // kv
+    # Attention runs on [batch * kv_heads, ...] operands: the cache is stored
+    # in exactly that shape, so the decode step's in-place cache update feeds
+    # the attention matmuls without a reshape (a reshape there made XLA copy
+    # the whole cache every step).
+    qf = q.reshape(b, length, kv, g, h).transpose(0, 2, 3, 1, 4)
+    qf = qf.reshape(b * kv, g * length, h)
+    kf = k.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
+    vf = v.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
+
+    def scores(keys, kpos):
+      logits = jnp.einsum(
+          "xqh,xsh->xqs",
+          qf,
+          keys.astype(dtype),
+          preferred_element_type=jnp.float32,
+      )
+      qp = positions[:, :, None]
+      kp = kpos[:, None, :]
+      visible = (kp >= 0) & (kp <= qp)
+      if window:
+        visible &= qp - kp < window
+      # An additive mask, shared by the heads: its backward is the identity
+      # (a select's is another select over the whole score tensor), which
+      # made the tiny model's update step ~4% faster on CPU.
+      bias = jnp.where(visible, 0.0, _MASK_VALUE).astype(logits.dtype)
+      logits = logits.reshape((b, kv, g, length, -1)) + bias[:, None, None]
+      return logits.reshape((b * kv, g * length, -1))
+
+    new_cache = None
+    chunk = cfg.attention_chunk
+    if cache is None and 0 < chunk < length and length % chunk == 0:
+      out = _chunked_attention(
+          qf.reshape(b * kv, g, length, h), kf, vf, positions, key_pos,
+          window, chunk, dtype,
+      )  # fmt: skip
+      return self._out(out, b, kv, g, length, n, h, cfg), None
+    if cache is None:
+      parts = [(kf, vf, key_pos)]
+    elif length == 1 or window == 0:
+      # Write, then attend over the updated cache: a one-token step only
+      # overwrites a slot that has left the window, and a global buffer never
+      # wraps. (Reading the old buffer and then updating it makes XLA copy
+      # the cache every step.)
+      new_cache = kv_cache.write(cache, index, kf, vf, key_pos, cache_index)
+      layer = kv_cache.layer_view(new_cache, index)
+      parts = [(layer["k"], layer["v"], layer["pos"])]
+    else:
+      # A chunk on a ring buffer can overwrite keys its own earlier queries
+      # still need: attend over the old cache plus the chunk, then write.
+      layer = kv_cache.layer_view(cache, index)
+      parts = [(layer["k"], layer["v"], layer["pos"]), (kf, vf, key_pos)]
+      new_cache = kv_cache.write(cache, index, kf, vf, key_pos, cache_index)
+    logits = jnp.concatenate([scores(kk, pp) for kk, _, pp in parts], -1)
+    probs = jax.nn.softmax(logits, axis=-1)
+    out, offset = 0.0, 0
+    for kk, vv, _ in parts:
+      size = kk.shape[1]
+      p = probs[..., offset : offset + size].astype(dtype)
+      out = out + jnp.einsum(
+          "xqs,xsh->xqh",
+          p,
+          vv.astype(dtype),
+          preferred_element_type=jnp.float32,
+      )
+      offset += size
+    return self._out(out, b, kv, g, length, n, h, cfg), new_cache
+
+  def _out(self, out, b, kv, g, length, n, h, cfg):
+    """[b * kv, g * length, h] attention output -> the output projection."""
+    out = out.astype(jnp.dtype(cfg.dtype)).reshape(b, kv, g, length, h)
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, length, n, h)
+    out = constrain(out, "batch", "length", "heads", "head_dim")
+    out = checkpoint_name(out, "context")
+    y = _proj("o_proj", cfg.embed_dim, 2, cfg)(out)
+    return checkpoint_name(y, "out_proj")
+
+
+def _chunked_attention(q, k, v, positions, key_pos, window, chunk, dtype):
+  """Attention of `chunk` queries at a time against every key (no cache).
+
+  q: [x, g, L, h] (x = batch * kv_heads, g query heads per kv head); k, v:
+  [x, L, h]; positions, key_pos: [batch, L]. Returns [x, g * L, h] float32.
+  Each query's softmax runs over all keys at once, so the result is the
+  one-block attention's; each block is rematerialised, so a backward pass
+  keeps [chunk, L] scores alive instead of [L, L].
+  """
+  x, g, length, h = q.shape
+  b = positions.shape[0]
+  n = length // chunk
+
+  @jax.checkpoint
+  def block(args):
+    qc, qp = args
+    logits = jnp.einsum(
+        "xgqh,xsh->xgqs", qc, k.astype(dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    qp, kp = qp[:, :, None], key_pos[:, None, :]
+    visible = (kp >= 0) & (kp <= qp)
+    if window:
+      visible &= qp - kp < window
+    bias = jnp.where(visible, 0.0, _MASK_VALUE).astype(logits.dtype)
+    logits = logits.reshape((b, x // b, g, chunk, length)) + bias[:, None, None]
+    probs = jax.nn.softmax(logits, axis=-1).reshape((x, g, chunk, length))
+    return jnp.einsum(
+        "xgqs,xsh->xgqh", probs.astype(dtype), v.astype(dtype),
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+
+  qs = q.reshape(x, g, n, chunk, h).transpose(2, 0, 1, 3, 4)
+  ps = positions.reshape(b, n, chunk).transpose(1, 0, 2)
+  out = jax.lax.map(block, (qs, ps))  # [n, x, g, chunk, h]
+  return out.transpose(1, 2, 0, 3, 4).reshape(x, g * length, h)
+
+
+class MLP(nn.Module):
+  """down(act(gate(x)) * up(x)): GeGLU ("gelu") or SwiGLU ("silu")."""
+
+  cfg: architecture.ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.cfg
+    gate = checkpoint_name(_proj("gate", cfg.mlp_dim, 1, cfg)(x), "mlpwi")
+    up = checkpoint_name(_proj("up", cfg.mlp_dim, 1, cfg)(x), "mlpwi")
+    gate32 = gate.astype(jnp.float32)
+    if cfg.mlp_activation == "gelu":
+      act = nn.gelu(gate32, approximate=True)
+    elif cfg.mlp_activation == "silu":
+      act = nn.silu(gate32)
+    else:
+      raise ValueError(
+          f"config.model.mlp_activation={cfg.mlp_activation!r}: use 'gelu' or"
+          " 'silu'"
+      )
+    hidden = (act * up.astype(jnp.float32)).astype(gate.dtype)
+    hidden = constrain(hidden, "batch", "length", "mlp")
+    y = _proj("down", cfg.embed_dim, 1, cfg)(hidden)
+    return checkpoint_name(y, "mlpwo")
+
+
+class Block(nn.Module):
+  """One decoder layer; post norms only for the Gemma family."""
+
+  cfg: architecture.ModelConfig
+  is_global: bool
+
+  @nn.compact
+  def __call__(self, x, positions, key_pos, cache, cache_index, index):
+    cfg = self.cfg
+    pdt = jnp.dtype(cfg.param_dtype)
+    gemma = cfg.family == "gemma3"
+
+    def norm(name):
+      return RMSNorm(cfg.norm_eps, pdt, name, name=name)
+
+    y, new_cache = Attention(cfg, self.is_global, name="attn")(
+        norm("pre_attention_norm")(x),
+        positions,
+        key_pos,
+        cache,
+        cache_index,
+        index,
+    )
+    if gemma:
+      y = norm("post_attention_norm")(y)
+    x = constrain(x + y, "batch", "length", "embed")
+    y = MLP(cfg, name="mlp")(norm("pre_ffw_norm")(x))
+    if gemma:
+      y = norm("post_ffw_norm")(y)
+    x = constrain(x + y, "batch", "length", "embed")
+    return x, new_cache
