@@ -1,0 +1,761 @@
+"""A slot engine: continuous batching over a fixed set of decode slots.
+
+JetStream's and MaxText's `maxengine` split serving into prefill, insert and
+generate over an explicit decode state; this is that design over the same
+model-agnostic callables as `spade.sampling.sampler.Sampler`
+(`tokens_to_logits`, `init_cache`, `prepare_params`, STYLE.md rule 7).
+
+Device side (`Engine`, a frozen dataclass; three compiled programs, each
+compiled once per (slots, cache length, prefill chunk, prefill rows, decode
+steps), whatever the requests' lengths or arrival order):
+
+* `init`: the decode state. `slots` rows of a KV cache of `cache_length`
+  steps, and per slot the last token, the next position, tokens generated,
+  the row's limit, whether it is live, whether it hit a stop id, and its
+  request's key; plus one clock.
+* `prefill_insert`: up to `prefill_rows` requests' prompts (or, for a
+  returning episode, only the tokens after the history its slot still holds)
+  are written `prefill_chunk` columns at a time into a scratch cache, their
+  first tokens drawn, and their rows inserted into free slots.
+* `generate`: `decode_steps` tokens over every slot (a `lax.while_loop`
+  that stops early once no slot is live); a finished row stops emitting at
+  once and its slot is free for the host to refill.
+
+Time and positions. Every slot writes its step-t key at cache time t (the
+clock, one scalar: one compiled step serves every slot), so a global layer's
+slot for time t is t % cache_length and a sliding layer's ring slot is
+t % window, exactly as in the lock-step sampler. A prompt is placed so that
+its last token sits at time clock - 1 (left padding before it, never
+attended: its keys carry position -1), and its RoPE positions count only
+the request's own tokens. Attention masks by position, so a row's keys may
+sit anywhere in its buffer: a request's logits are those of a lock-step
+batch of one up to float summation order. Dead slots are fed with
+`input_mask` False, so what they write is never attended to.
+
+Keys. A request carries its own PRNG key; its j-th token is drawn with
+`fold_in(key, j)` from a draw of batch one. That is what the lock-step
+sampler does for a batch of one given the same key (it folds in the step
+and draws `uniform(key, (2, B, 1))`), so a request's tokens depend neither
+on its slot, the clock, nor its neighbours, and equal the lock-step
+sampler's for that request alone. (For B > 1 the lock-step draw of row i
+depends on B and i, so a lock-step batch does not sample what the same
+requests sample one by one; compare request by request.)
+
+Carried caches. When a request's slot ends, the slot still holds its
+history (the prompt and every sampled token but the last) until another
+request takes it. A request whose `key` names that episode, whose prompt
+extends that history, and that arrives while the history is intact (the
+clock has not lapped it: dead writes have not reached it) continues it:
+the slot's row is rolled in time so the history ends where the new
+tokens begin, and only the tokens after it are prefilled, at positions that
+continue it. Otherwise the whole prompt is prefilled again. Ring-buffer
+(sliding-window) models always re-prefill: the dead writes of a parked slot
+evict its window (`Engine.can_continue`).
+
+Host side (`Server`, made by `Engine.start(params)`): a request queue;
+each `step()` fills free slots, runs one `generate`, and hands back the
+requests that ended. With `carry_first` (the default) a returning episode
+that can continue its own free slot is served before the queue's head;
+otherwise first come, first served, and with more episodes than slots their
+histories are evicted. Counters: `decode_row_steps` (slots x steps that ran, live or not, plus the rows of
+every prefill's first-token draw) and `tokens_generated`;
+`padding_ratio = decode_row_steps / tokens_generated`. `lockstep_row_steps`
+counts a lock-step `SampleOutput` the same way.
+
+Design note: queuing an episode's next turn (for `spade.agent.rollout`).
+The rollout should submit one `Request` per live episode on its first turn
+(key = the episode id, rng = fold_in(fold_in(seed key, episode id), turn)),
+call `Server.step()` in a loop, and hand each `Result` at once to the
+sandbox worker (the thread pool that steps actions today). When the step
+(or tool calls) comes back, render the next prompt (history + reply +
+observation, truncated by the same `prompts.truncate_messages` rule) and
+`submit` it with the same key: an exact episode extends its history, so it
+continues in its slot while the slot is still its own; a truncated one is
+prefilled whole. The loop ends when the queue is empty, no slot is live,
+and no sandbox call is pending (wait on the pool's futures, with a
+timeout, when nothing is live). Turn limits, hints, the EOS and context
+rules stay in the rollout; only the sampling call changes. Results carry
+per-token log-probs, so per-episode logprobs for the update are unchanged.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import time
+from typing import Any, Callable, Hashable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spade import config as config_lib
+from spade.model import sharding
+from spade.sampling import sampler as sampler_lib
+
+Array = jax.Array
+
+
+def lockstep_row_steps(out: sampler_lib.SampleOutput) -> int:
+  """Decode row-steps a lock-step sampler call ran: every row, for as many
+  steps as its longest row generated (the loop stops when all are done;
+  the first token's draw after the prefill counts as a step)."""
+  return int(out.tokens.shape[0]) * int(np.max(out.lengths, initial=0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+  """One sampling request.
+
+  Attributes:
+    key: names the request's episode; a later request with the same key
+      whose prompt extends this one's prompt and reply continues its cache.
+    prompt: the whole prompt's token ids (the full history).
+    max_new_tokens: the most tokens to generate (>= 1).
+    rng: this request's PRNG key (typed); the same key gives the same
+      tokens whatever slot or step the request runs in.
+  """
+
+  key: Hashable
+  prompt: Sequence[int]
+  max_new_tokens: int
+  rng: Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """What a request returned.
+
+  Attributes:
+    request: the request.
+    tokens: int32[n] generated ids (a stop id, when hit, is the last).
+    logprobs: float32[n], log_softmax of the raw logits at each token.
+    finished: a stop id was emitted.
+    slot: the slot it ran in.
+    carried: history tokens continued from its slot instead of prefilled.
+  """
+
+  request: Request
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  finished: bool
+  slot: int
+  carried: int
+
+
+def _split(x, spec):
+  """x with its row axis split into (rows, entries per row)."""
+  axis, per_row = spec
+  s = x.shape
+  return x.reshape(s[:axis] + (s[axis] // per_row, per_row) + s[axis + 1 :])
+
+
+def _merge(y, spec):
+  axis, _ = spec
+  s = y.shape
+  return y.reshape(s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2 :])
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+  """The device side of the slot engine (see the module docstring).
+
+  Attributes:
+    tokens_to_logits, init_cache, prepare_params: as for `Sampler`
+      (`spade.model.transformer.sampling_fns(config.model, role)`).
+    pad_id: the token fed to dead slots and written after a row ends.
+    stop_ids: a row ends after emitting one of these.
+    slots: decode slots (the compiled batch; a multiple of the mesh's
+      batch shards).
+    cache_length: KV cache steps per slot; a request needs prompt +
+      max_new_tokens <= this.
+    prefill_chunk: prompt columns per prefill step (0: the whole cache
+      length at once); `cache_length` must be a multiple of it.
+    prefill_rows: requests one prefill writes (a multiple of the mesh's
+      batch shards); identical fresh prompts among them are prefilled once.
+    decode_steps: tokens per `generate` call (the host refills slots
+      between calls).
+    temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
+    mesh, rules: optional mesh and logical axis rules (as for `Sampler`).
+  """
+
+  tokens_to_logits: Callable[..., tuple[Array, Any]]
+  init_cache: Callable[[int, int], Any]
+  prepare_params: Callable[[Any], Any] | None = None
+  share_prefix: int = 0  # accepted for `Engine(*sampling_fns(...))`; unused
+  _: dataclasses.KW_ONLY
+  pad_id: int
+  stop_ids: tuple[int, ...] = ()
+  slots: int = 8
+  cache_length: int = 1024
+  prefill_chunk: int = 128
+  prefill_rows: int = 1
+  decode_steps: int = 16
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  mesh: Any = None
+  rules: tuple[Any, ...] = ()
+
+  def __post_init__(self):
+    chunk = self.chunk
+    if self.cache_length % chunk:
+      raise ValueError(
+          f"cache_length={self.cache_length} is not a multiple of"
+          f" prefill_chunk={self.prefill_chunk}: pick a chunk that divides it"
+      )
+    shards = self.batch_shards
+    if self.slots % shards or self.prefill_rows % shards:
+      raise ValueError(
+          f"slots={self.slots} and prefill_rows={self.prefill_rows} must be"
+          f" multiples of the mesh's batch shards (data*fsdp = {shards})"
+      )
+    if self.decode_steps < 1 or self.prefill_rows < 1:
+      raise ValueError("decode_steps and prefill_rows must be >= 1")
+    if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+      raise ValueError(
+          "need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got"
+          f" {self.temperature}, {self.top_p}, {self.top_k}"
+      )
+
+  @property
+  def chunk(self) -> int:
+    return self.prefill_chunk if self.prefill_chunk > 0 else self.cache_length
+
+  @property
+  def batch_shards(self) -> int:
+    if self.mesh is None:
+      return 1
+    return int(self.mesh.shape["data"]) * int(self.mesh.shape["fsdp"])
+
+  @functools.cached_property
+  def _row_axes(self):
+    # pylint: disable-next=protected-access
+    return sampler_lib._row_axes(self.init_cache, self.cache_length)
+
+  @functools.cached_property
+  def _slot_axes(self):
+    # pylint: disable-next=protected-access
+    return sampler_lib._slot_axes(self.init_cache, self.cache_length)
+
+  @functools.cached_property
+  def can_continue(self) -> bool:
+    """Whether a slot's cache can be continued: every cache leaf's size
+    follows the cache length (no sliding window's ring within it)."""
+    leaves = jax.tree.leaves(self._slot_axes, is_leaf=lambda x: x is None)
+    return all(a is not None for a in leaves)
+
+  @functools.cached_property
+  def traces(self) -> collections.Counter:
+    """How often each program was traced (a retrace means a recompile)."""
+    return collections.Counter()
+
+  @property
+  def _rules(self):
+    return self.rules or config_lib.base_config().mesh.rules
+
+  def _constrain(self, x, *names):
+    if self.mesh is None:
+      return x
+    return nn.with_logical_constraint(x, names)
+
+  def _draw(self, keys, logits):
+    """Per-row draws, each one of batch one: int32[R], float32[R]."""
+    greedy = self.temperature == 0
+
+    def one(key, row):
+      tok, logp = sampler_lib.sample_logits(
+          key,
+          row[None],
+          greedy=greedy,
+          top_k=0 if greedy else self.top_k,
+          use_top_p=(not greedy) and self.top_p < 1.0,
+          temperature=jnp.float32(self.temperature if not greedy else 1.0),
+          top_p=jnp.float32(self.top_p),
+      )
+      return tok[0], logp[0]
+
+    return jax.vmap(one)(keys, logits)
+
+  # ---------------------------------------------------------------- programs
+
+  def _init(self):
+    self.traces["init"] += 1
+    s = self.slots
+    vec = lambda v, d: self._constrain(jnp.full((s,), v, d), "batch")
+    return dict(
+        cache=self.init_cache(s, self.cache_length),
+        last=vec(self.pad_id, jnp.int32),
+        pos=vec(0, jnp.int32),
+        gen=vec(0, jnp.int32),
+        limit=vec(0, jnp.int32),
+        live=vec(False, bool),
+        hit=vec(False, bool),
+        keys=self._constrain(jnp.zeros((s, 2), jnp.uint32), "batch", None),
+        clock=jnp.int32(self.cache_length),
+    )
+
+  def _prefill_insert(self, params, state, rows, reqs):
+    """Prefills `rows` (per scratch row: tokens int32[K, C] right-aligned,
+    lengths, base positions, source slot (-1: fresh) and its time shift)
+    and inserts `reqs` (per request: its scratch row, destination slot
+    (slots: none), key data, limit) into the state."""
+    self.traces["prefill_insert"] += 1
+    c, chunk = self.cache_length, self.chunk
+    tokens, lengths, base, src, shift, first = rows
+    take, dst, keys, limits = reqs
+    k = tokens.shape[0]
+    clock = state["clock"]
+    row_axes, slot_axes = self._row_axes, self._slot_axes
+
+    def start(x_state, x_fresh, spec, t):
+      # The source slots' rows, rolled `shift` steps later in time; fresh
+      # rows (src -1) take the empty cache.
+      y = jnp.take(_split(x_state, spec), jnp.maximum(src, 0), axis=spec[0])
+      if t is not None:
+        t += 1  # the rows' axis was split in two before it
+        size = y.shape[t]
+        idx_shape = [1] * y.ndim
+        idx_shape[spec[0]], idx_shape[t] = k, size
+        idx = (jnp.arange(size)[None, :] - shift[:, None]) % size
+        y = jnp.take_along_axis(
+            y, jnp.broadcast_to(idx.reshape(idx_shape), y.shape), axis=t
+        )
+      keep_shape = [1] * y.ndim
+      keep_shape[spec[0]] = k
+      y = jnp.where((src >= 0).reshape(keep_shape), y, _split(x_fresh, spec))
+      return _merge(y, spec)
+
+    cache = jax.tree.map(
+        start, state["cache"], self.init_cache(k, c), row_axes, slot_axes
+    )
+    col = jnp.arange(c, dtype=jnp.int32)[None, :]
+    pad = (c - lengths)[:, None]
+    mask = col >= pad
+    positions = base[:, None] + jnp.maximum(col - pad, 0)
+
+    def one(i, carry):
+      _, cache = carry
+      at = i * chunk
+
+      def cols(x):
+        return jax.lax.dynamic_slice_in_dim(x, at, chunk, axis=1)
+
+      return self.tokens_to_logits(
+          params, cols(tokens), cols(positions), cols(mask), cache,
+          clock - c + at,
+      )  # fmt: skip
+
+    logits = jax.eval_shape(
+        lambda cc: self.tokens_to_logits(
+            params, tokens[:, :chunk], positions[:, :chunk],
+            mask[:, :chunk], cc, clock,
+        )[0],
+        cache,
+    )  # fmt: skip
+    logits = jnp.zeros(logits.shape, logits.dtype)
+    logits, cache = jax.lax.fori_loop(first, c // chunk, one, (logits, cache))
+
+    rng = jax.vmap(lambda d: jax.random.fold_in(jax.random.wrap_key_data(d), 0))
+    tok, logp = self._draw(rng(keys), logits[take])
+    stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
+    hit = jnp.any(tok[:, None] == stops[None, :], -1)
+    live = ~hit & (limits > 1)
+
+    def insert(x_state, x_new, spec):
+      y = jnp.take(_split(x_new, spec), take, axis=spec[0])
+      z = _split(x_state, spec)
+      index = (slice(None),) * spec[0] + (dst,)
+      return _merge(z.at[index].set(y, mode="drop"), spec)
+
+    new = dict(state)
+    new["cache"] = jax.tree.map(insert, state["cache"], cache, row_axes)
+    put = lambda name, v: new[name].at[dst].set(v, mode="drop")
+    new["last"] = put("last", tok)
+    new["pos"] = put("pos", base[take] + lengths[take])
+    new["gen"] = put("gen", jnp.ones_like(tok))
+    new["limit"] = put("limit", limits)
+    new["live"] = put("live", live)
+    new["hit"] = put("hit", hit)
+    new["keys"] = new["keys"].at[dst].set(keys, mode="drop")
+    return new, self._everywhere((tok, logp, live, hit))
+
+  def _generate(self, params, state):
+    """`decode_steps` tokens over every slot; returns the new state and
+    (tokens int32[S, n], logprobs float32[S, n], tokens each slot emitted,
+    steps that ran)."""
+    self.traces["generate"] += 1
+    s, n = self.slots, self.decode_steps
+    stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
+    fold = jax.vmap(
+        lambda d, j: jax.random.fold_in(jax.random.wrap_key_data(d), j)
+    )
+
+    def cond(carry):
+      i, st, _, _ = carry
+      return (i < n) & jnp.any(st["live"])
+
+    def body(carry):
+      i, st, toks, lps = carry
+      live = st["live"]
+      logits, cache = self.tokens_to_logits(
+          params, st["last"][:, None], st["pos"][:, None], live[:, None],
+          st["cache"], st["clock"],
+      )  # fmt: skip
+      tok, logp = self._draw(fold(st["keys"], st["gen"]), logits)
+      toks = toks.at[:, i].set(jnp.where(live, tok, self.pad_id))
+      lps = lps.at[:, i].set(jnp.where(live, logp, 0.0))
+      gen = st["gen"] + live.astype(jnp.int32)
+      hit = live & jnp.any(tok[:, None] == stops[None, :], -1)
+      st = dict(
+          st,
+          cache=cache,
+          last=jnp.where(live, tok, st["last"]),
+          pos=st["pos"] + live.astype(jnp.int32),
+          gen=gen,
+          live=live & ~hit & (gen < st["limit"]),
+          hit=st["hit"] | hit,
+          clock=st["clock"] + 1,
+      )
+      return i + 1, st, toks, lps
+
+    toks = self._constrain(jnp.full((s, n), self.pad_id, jnp.int32),
+                           "batch", None)  # fmt: skip
+    lps = self._constrain(jnp.zeros((s, n), jnp.float32), "batch", None)
+    before = state["gen"]
+    steps, state, toks, lps = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), state, toks, lps)
+    )
+    emitted = state["gen"] - before
+    return state, self._everywhere(
+        (toks, lps, emitted, state["live"], state["hit"], steps)
+    )
+
+  def _everywhere(self, tree):
+    """Small outputs replicated, so every process reads all of them."""
+    if self.mesh is None:
+      return tree
+    rep = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    return jax.lax.with_sharding_constraint(tree, rep)
+
+  # ------------------------------------------------------------- host side
+
+  def _call(self, fn, *args):
+    if self.mesh is None:
+      return fn(*args)
+    with sharding.use_rules(self.mesh, self._rules):
+      return fn(*args)
+
+  @functools.cached_property
+  def _programs(self):
+    """(init, prepare, prefill_insert, generate), jitted; the decode state
+    is donated and keeps the shardings `init` gave it."""
+    init = jax.jit(self._init)
+    out = None
+    if self.mesh is not None:
+      out = jax.tree.map(lambda x: x.sharding, self._call(init))
+    prepare = jax.jit(self.prepare_params or (lambda p: p))
+    if out is None:
+      prefill = jax.jit(self._prefill_insert, donate_argnums=1)
+      generate = jax.jit(self._generate, donate_argnums=1)
+    else:
+      prefill = jax.jit(
+          self._prefill_insert, donate_argnums=1, out_shardings=(out, None)
+      )
+      generate = jax.jit(
+          self._generate, donate_argnums=1, out_shardings=(out, None)
+      )
+    return init, prepare, prefill, generate
+
+  def start(self, params, carry_first: bool = True) -> "Server":
+    """A server over these params (prepared once, e.g. unstacked); see
+    `Server._assign` for `carry_first`."""
+    init, prepare, _, _ = self._programs
+    return Server(
+        self, self._call(prepare, params), self._call(init), carry_first
+    )
+
+
+@dataclasses.dataclass
+class _Slot:
+  """Host view of one slot."""
+
+  request: Request | None = None  # while live
+  tokens: list[int] = dataclasses.field(default_factory=list)
+  logprobs: list[float] = dataclasses.field(default_factory=list)
+  carried: int = 0
+  # The episode whose history the slot holds (after its request ended):
+  # its tokens, and the cache times of its first and one-past-last entry.
+  holder: Hashable = None
+  history: tuple[int, ...] = ()
+  first: int = 0
+  end: int = 0
+  freed_at: int = 0
+
+
+class Server:
+  """The host loop of the slot engine: a queue, slots, counters."""
+
+  def __init__(self, engine: Engine, params, state, carry_first: bool = True):
+    self.engine = engine
+    self.carry_first = carry_first
+    self.params = params
+    self.state = state
+    self.clock = engine.cache_length  # mirrors state["clock"]
+    self.queue: collections.deque[Request] = collections.deque()
+    self.slots = [_Slot() for _ in range(engine.slots)]
+    self._held: dict[Hashable, int] = {}  # episode key -> slot
+    self._frees = 0
+    # Counters (see the module docstring).
+    self.decode_row_steps = 0
+    self.tokens_generated = 0
+    self.prefill_calls = 0
+    self.prefill_columns = 0  # rows x columns the prefills wrote
+    self.tokens_carried = 0
+    self.requests_carried = 0
+    self.generate_calls = 0
+    self.seconds = 0.0
+
+  @property
+  def padding_ratio(self) -> float:
+    return self.decode_row_steps / max(self.tokens_generated, 1)
+
+  @property
+  def live(self) -> int:
+    return sum(s.request is not None for s in self.slots)
+
+  def submit(self, request: Request) -> None:
+    """Queues a request (see `_assign` for the order)."""
+    n = len(request.prompt)
+    if n < 1 or request.max_new_tokens < 1:
+      raise ValueError("a request needs >= 1 prompt token and max_new_tokens")
+    if n + request.max_new_tokens > self.engine.cache_length:
+      raise ValueError(
+          f"a {n}-token prompt and {request.max_new_tokens} new tokens do not"
+          f" fit cache_length={self.engine.cache_length}: truncate the prompt"
+          " or build the engine with a longer cache"
+      )
+    self.queue.append(request)
+
+  def run(
+      self,
+      requests: Sequence[Request] = (),
+      on_result: Callable[[Result], None] | None = None,
+  ) -> list[Result]:
+    """Serves until the queue is empty and no slot is live; `on_result`
+    may `submit` more (an episode's next turn). Returns every result."""
+    for r in requests:
+      self.submit(r)
+    done = []
+    while self.queue or self.live:
+      for res in self.step():
+        done.append(res)
+        if on_result is not None:
+          on_result(res)
+    return done
+
+  def step(self) -> list[Result]:
+    """Fills free slots from the queue, then runs one `generate`; returns
+    the requests that ended."""
+    t0 = time.perf_counter()
+    done = self._fill()
+    if self.live:
+      done += self._generate()
+    self.seconds += time.perf_counter() - t0
+    return done
+
+  # -------------------------------------------------------------- private
+
+  def _free(self) -> list[int]:
+    return [i for i, s in enumerate(self.slots) if s.request is None]
+
+  def _continues(self, slot: _Slot, request: Request) -> bool:
+    n = len(slot.history)
+    return (
+        self.engine.can_continue
+        and slot.holder == request.key
+        and len(request.prompt) > n
+        and tuple(request.prompt[:n]) == slot.history
+        # Dead writes since the row ended have not lapped its history.
+        and self.clock - slot.first <= self.engine.cache_length
+    )
+
+  def _assign(self) -> list[tuple[Request, int]]:
+    """Up to `prefill_rows` (request, slot) pairs from the queue.
+
+    With `carry_first`, queued requests that can continue their own free
+    slot go first (they cost no prefill of their history; an episode then
+    plays its turns in one slot). The rest are served in order: a returning
+    episode takes its own slot when it still holds it, any other request a
+    free slot that holds nothing, else the one whose history has waited
+    longest (evicting it).
+    """
+    free = set(self._free())
+    k = self.engine.prefill_rows
+    picked = []
+    if self.carry_first:
+      rest = collections.deque()
+      for r in self.queue:
+        s = self._held.get(r.key)
+        if len(picked) < k and s in free and self._continues(self.slots[s], r):
+          picked.append((r, s))
+          free.discard(s)
+        else:
+          rest.append(r)
+      self.queue = rest
+    while free and self.queue and len(picked) < k:
+      r = self.queue[0]
+      s = self._held.get(r.key)
+      if s not in free or not self._continues(self.slots[s], r):
+        s = min(
+            free,
+            key=lambda i: (self.slots[i].holder is not None,
+                           self.slots[i].freed_at),
+        )  # fmt: skip
+      self.queue.popleft()
+      picked.append((r, s))
+      free.discard(s)
+    return picked
+
+  def _fill(self) -> list[Result]:
+    done = []
+    while True:
+      picked = self._assign()
+      if not picked:
+        return done
+      done += self._prefill(picked)
+
+  def _prefill(self, picked: list[tuple[Request, int]]) -> list[Result]:
+    eng = self.engine
+    c, chunk, k = eng.cache_length, eng.chunk, eng.prefill_rows
+    pad_to = lambda n: -(-n // chunk) * chunk
+    carry = [self._continues(self.slots[s], r) for r, s in picked]
+    while True:
+      todo = [
+          len(r.prompt) - (len(self.slots[s].history) if cont else 0)
+          for (r, s), cont in zip(picked, carry)
+      ]
+      width = pad_to(max(todo))
+      # A continued history sits before the padded columns: it needs room
+      # for them and the reply, else the request is prefilled whole.
+      fits = [
+          not cont
+          or (self.slots[s].end - self.slots[s].first) + width
+          + r.max_new_tokens <= c
+          for (r, s), cont in zip(picked, carry)
+      ]  # fmt: skip
+      if all(fits):
+        break
+      carry = [cont and ok for cont, ok in zip(carry, fits)]
+    rows, index = [], {}
+    take = []
+    for (r, s), cont, n in zip(picked, carry, todo):
+      slot = self.slots[s]
+      if cont:
+        shift = (self.clock - width) - slot.end
+        row = (tuple(r.prompt[len(slot.history) :]), len(slot.history), s,
+               shift)  # fmt: skip
+        self.requests_carried += 1
+        self.tokens_carried += len(slot.history)
+      else:
+        row = (tuple(r.prompt), 0, -1, 0)
+      # Identical fresh prompts are prefilled once.
+      key = row if not cont else (row, len(rows))
+      if key not in index:
+        index[key] = len(rows)
+        rows.append(row)
+      take.append(index[key])
+    filler = k - len(rows)
+    rows += [rows[0]] * filler
+    tokens = np.full((k, c), eng.pad_id, np.int32)
+    for i, (toks, _, _, _) in enumerate(rows):
+      tokens[i, c - len(toks) :] = toks
+    host_rows = (
+        tokens,
+        np.asarray([len(t) for t, _, _, _ in rows], np.int32),
+        np.asarray([b for _, b, _, _ in rows], np.int32),
+        np.asarray([s for _, _, s, _ in rows], np.int32),
+        np.asarray([sh for _, _, _, sh in rows], np.int32),
+        np.int32((c - width) // chunk),
+    )
+    m = len(picked)
+    keys = np.zeros((k, 2), np.uint32)
+    keys[:m] = [np.asarray(jax.random.key_data(r.rng)) for r, _ in picked]
+    reqs = (
+        np.asarray(take + [0] * (k - m), np.int32),
+        np.asarray([s for _, s in picked] + [eng.slots] * (k - m), np.int32),
+        keys,
+        np.asarray(
+            [r.max_new_tokens for r, _ in picked] + [1] * (k - m), np.int32
+        ),
+    )
+    _, _, prefill, _ = eng._programs
+    self.state, out = eng._call(prefill, self.params, self.state, host_rows,
+                                reqs)  # fmt: skip
+    tok, logp, live, hit = jax.device_get(out)
+    self.prefill_calls += 1
+    self.prefill_columns += k * width
+    self.decode_row_steps += k  # the first tokens' draw
+    done = []
+    for i, ((r, s), cont) in enumerate(zip(picked, carry)):
+      slot = self.slots[s]
+      carried = len(slot.history) if cont else 0
+      first = slot.first + (self.clock - width - slot.end) if cont else 0
+      if not cont:
+        first = self.clock - len(r.prompt)
+        if slot.holder is not None:
+          self._held.pop(slot.holder, None)
+      self._held[r.key] = s
+      self.slots[s] = _Slot(
+          request=r, tokens=[int(tok[i])], logprobs=[float(logp[i])],
+          carried=carried, holder=r.key, first=first,
+      )  # fmt: skip
+      self.tokens_generated += 1
+      if not live[i]:
+        done.append(self._end(s, bool(hit[i]), self.clock))
+    return done
+
+  def _generate(self) -> list[Result]:
+    eng = self.engine
+    _, _, _, generate = eng._programs  # pylint: disable=protected-access
+    self.state, out = eng._call(generate, self.params, self.state)
+    toks, lps, emitted, live, hit, steps = jax.device_get(out)
+    steps = int(steps)
+    self.generate_calls += 1
+    before = self.clock
+    self.clock += steps
+    self.decode_row_steps += eng.slots * steps
+    done = []
+    for s, slot in enumerate(self.slots):
+      if slot.request is None:
+        continue
+      e = int(emitted[s])
+      slot.tokens += toks[s, :e].tolist()
+      slot.logprobs += lps[s, :e].tolist()
+      self.tokens_generated += e
+      if not live[s]:
+        # It fed one token a step, at times before, before + 1, ...
+        done.append(self._end(s, bool(hit[s]), before + e))
+    return done
+
+  def _end(self, s: int, hit: bool, end: int) -> Result:
+    """Frees slot s; it keeps its history (the prompt and every sampled
+    token but the last, the ones fed; `end` is one past the last one's
+    cache time) for the episode's next turn."""
+    slot = self.slots[s]
+    r = slot.request
+    slot.history = tuple(r.prompt) + tuple(slot.tokens[:-1])
+    slot.end = end
+    slot.request = None
+    self._frees += 1
+    slot.freed_at = self._frees
+    return Result(
+        request=r,
+        tokens=np.asarray(slot.tokens, np.int32),
+        logprobs=np.asarray(slot.logprobs, np.float32),
+        finished=hit,
+        slot=s,
+        carried=slot.carried,
+    )

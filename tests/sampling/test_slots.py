@@ -1,0 +1,289 @@
+"""The slot engine against the lock-step sampler, on the tiny model.
+
+The model of tests/sampling/test_sampler.py: two sliding layers (window 4)
+and one global layer, so every ring buffer wraps; the carried-cache tests
+use its all-global variant (ring buffers cannot be continued).
+"""
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from spade import config as config_lib
+from spade.model import sharding
+from spade.model import transformer as T
+from spade.sampling import sampler as S
+from spade.sampling import slots as E
+
+PAD, BOS, EOS = 256, 257, 258
+PROMPTS = [
+    [BOS, 5, 6, 7, 8, 9, 10],
+    [BOS, 100],
+    [BOS, 3, 4, 5],
+    [BOS],
+    [BOS, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49],
+    [BOS, 7, 7],
+]
+LIMITS = [8, 3, 6, 1, 5, 7]
+NEW = 8  # the most new tokens any request here asks for
+
+
+def _cfg(sliding_window=4):
+  cfg = config_lib.base_config().model
+  cfg.num_layers = 3
+  cfg.sliding_window = sliding_window
+  cfg.global_every = 3
+  return cfg
+
+
+@pytest.fixture(scope="module")
+def ring():
+  cfg = _cfg()
+  return cfg, T.init_params(cfg, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def flat():
+  cfg = _cfg(sliding_window=0)
+  return cfg, T.init_params(cfg, jax.random.key(0))
+
+
+_ENGINES = {}
+
+
+def _engine(cfg, **kw):
+  """One engine per model and settings, shared by the tests (each compiles
+  its programs once)."""
+  kw.setdefault("slots", 2)
+  kw.setdefault("cache_length", 48)
+  kw.setdefault("prefill_chunk", 4)
+  kw.setdefault("decode_steps", 3)
+  if "rules" in kw:
+    kw["rules"] = tuple((n, tuple(t) if isinstance(t, list) else t)
+                        for n, t in kw["rules"])  # fmt: skip
+  key = (cfg.sliding_window, tuple(sorted(kw.items())))
+  if key not in _ENGINES:
+    _ENGINES[key] = E.Engine(
+        *T.sampling_fns(cfg, T.Role.AGENT), pad_id=PAD, **kw
+    )
+  return _ENGINES[key]
+
+
+_SAMPLERS = {}
+
+
+def _alone(cfg, params, request, temperature, stop_ids=()):
+  """The lock-step sampler on this request alone, with its key."""
+  key = (cfg.sliding_window, stop_ids)
+  if key not in _SAMPLERS:  # one compiled sampler per model and stop ids
+    _SAMPLERS[key] = S.Sampler(
+        *T.sampling_fns(cfg, T.Role.AGENT), pad_id=PAD, stop_ids=stop_ids
+    )
+  # One max_new_tokens for all (a row limit ends each): fewer compiles.
+  out = _SAMPLERS[key](
+      params, [list(request.prompt)], max_new_tokens=NEW,
+      row_max_new_tokens=np.array([request.max_new_tokens]),
+      rng=request.rng, temperature=temperature,
+  )  # fmt: skip
+  n = int(out.lengths[0])
+  return out.tokens[0, :n], out.logprobs[0, :n]
+
+
+def _requests(prompts=PROMPTS, limits=LIMITS, seed=0):
+  return [
+      E.Request(key=i, prompt=p, max_new_tokens=m,
+                rng=jax.random.fold_in(jax.random.key(seed), i))
+      for i, (p, m) in enumerate(zip(prompts, limits))
+  ]  # fmt: skip
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_each_request_samples_what_the_lockstep_sampler_samples_alone(
+    ring, temperature
+):
+  """Six requests over two slots, three arriving later (when earlier ones
+  end): each returns the tokens and log-probs of a lock-step batch of one
+  with its key, whatever slot and step it ran in."""
+  cfg, params = ring
+  engine = _engine(cfg, temperature=temperature)
+  server = engine.start(params)
+  reqs = _requests()
+  late = list(reqs[3:])
+
+  def arrive(_):
+    if late:
+      server.submit(late.pop(0))
+
+  results = server.run(reqs[:3], on_result=arrive)
+  assert sorted(r.request.key for r in results) == list(range(6))
+  assert {r.slot for r in results} == {0, 1}
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, temperature)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+    assert len(res.tokens) == res.request.max_new_tokens
+
+
+def test_the_same_requests_in_another_order_and_layout_sample_the_same(ring):
+  """Sampled: reversed arrival, four slots and two-row prefills give each
+  request the same tokens; one compile per program whatever the order."""
+  cfg, params = ring
+  reqs = _requests(seed=3)
+  a = _engine(cfg, slots=2)
+  first = {r.request.key: r for r in a.start(params).run(reqs)}
+  again = {r.request.key: r for r in a.start(params).run(reqs[::-1])}
+  b = _engine(cfg, slots=4, prefill_rows=2, decode_steps=2)
+  other = {r.request.key: r for r in b.start(params).run(reqs[::-1])}
+  for k in first:
+    np.testing.assert_array_equal(first[k].tokens, again[k].tokens)
+    np.testing.assert_array_equal(first[k].tokens, other[k].tokens)
+    np.testing.assert_allclose(first[k].logprobs, other[k].logprobs, atol=1e-5)
+  assert a.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
+  assert b.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
+
+
+def test_stop_ids_end_a_row_and_free_its_slot(ring):
+  """A stop id ends a request (kept as its last token, `finished`), its
+  slot is refilled, and the counters add up."""
+  cfg, params = ring
+  reqs = _requests()
+  greedy = _engine(cfg, temperature=0.0).start(params).run(reqs)
+  stop = int(next(r for r in greedy if r.request.key == 0).tokens[1])
+  engine = _engine(cfg, stop_ids=(stop,), temperature=0.0, slots=2)
+  server = engine.start(params)
+  results = server.run(reqs)
+  by_key = {r.request.key: r for r in results}
+  for req in reqs:
+    tokens, _ = _alone(cfg, params, req, 0.0, stop_ids=(stop,))
+    res = by_key[req.key]
+    np.testing.assert_array_equal(res.tokens, tokens)
+    assert res.finished == (stop in tokens.tolist())
+  assert by_key[0].finished and len(by_key[0].tokens) <= 2
+  assert server.live == 0 and not server.queue
+  # Both slots served several requests.
+  assert min(np.bincount([r.slot for r in results])) >= 2
+  assert server.tokens_generated == sum(len(r.tokens) for r in results)
+  steps = server.decode_row_steps - server.prefill_calls  # one row a call
+  assert steps % engine.slots == 0 and steps > 0
+  assert server.padding_ratio >= 1.0
+
+
+def _next(prompt, res, obs):
+  return list(prompt) + res.tokens.tolist() + obs
+
+
+@pytest.mark.parametrize("temperature,carry_first", [(0.0, True), (1.0, False)])
+def test_a_returning_turn_continues_its_slots_cache(
+    flat, temperature, carry_first
+):
+  """Three episodes, three turns each, over two slots: a turn whose slot
+  still holds its episode continues it (only the new tokens prefilled), one
+  whose slot was taken is prefilled whole, and both sample what the
+  lock-step sampler samples on the whole history alone. Served carried
+  turns first, every later turn continues; first come first served, the
+  third episode's turns evict the others' histories."""
+  cfg, params = flat
+  engine = _engine(cfg, temperature=temperature, cache_length=64)
+  assert engine.can_continue
+  server = engine.start(params, carry_first=carry_first)
+  turns = {k: 0 for k in range(3)}
+  results = []
+
+  def arrive(res):
+    results.append(res)
+    k = res.request.key
+    turns[k] += 1
+    if turns[k] < 3:
+      obs = [60 + k, 61, 62][: 1 + turns[k]]
+      server.submit(
+          E.Request(k, _next(res.request.prompt, res, obs), 4 + k,
+                    jax.random.fold_in(jax.random.key(9), 10 * k + turns[k]))
+      )  # fmt: skip
+
+  server.run(_requests(PROMPTS[:3], [5, 3, 6]), on_result=arrive)
+  assert len(results) == 9
+  carried = [r for r in results if r.carried]
+  assert len(carried) == (6 if carry_first else 0)
+  last = {}
+  for res in results:  # a continued turn holds the previous prompt + reply
+    if res.carried:
+      prompt, tokens = last[res.request.key]
+      assert res.carried == len(prompt) + len(tokens) - 1
+    last[res.request.key] = (res.request.prompt, res.tokens)
+  assert server.tokens_carried == sum(r.carried for r in results)
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, temperature)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+  assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
+
+
+def test_a_continued_turn_samples_what_a_re_prefill_samples(flat):
+  """One episode's second turn, once continuing its slot and once on an
+  engine that never keeps it (another request took the slot between)."""
+  cfg, params = flat
+  engine = _engine(cfg, slots=1, temperature=1.0)
+  first = _requests(PROMPTS[:1], [6])[0]
+  (one,) = engine.start(params).run([first])
+  again = E.Request(0, _next(first.prompt, one, [70, 71]), 5,
+                    jax.random.key(11))  # fmt: skip
+  server = engine.start(params)
+  server.run([first])
+  (kept,) = server.run([again])
+  assert kept.carried == len(first.prompt) + len(one.tokens) - 1
+  server = engine.start(params)
+  server.run([first])
+  server.run([E.Request(1, [BOS, 9], 2, jax.random.key(1))])
+  (fresh,) = server.run([again])
+  assert fresh.carried == 0
+  np.testing.assert_array_equal(kept.tokens, fresh.tokens)
+  np.testing.assert_allclose(kept.logprobs, fresh.logprobs, atol=1e-5)
+
+
+def test_ring_buffer_models_re_prefill_every_turn(ring):
+  cfg, params = ring
+  engine = _engine(cfg, slots=1)
+  assert not engine.can_continue
+  server = engine.start(params)
+  (one,) = server.run(_requests(PROMPTS[:1], [4]))
+  req = E.Request(0, _next(PROMPTS[0], one, [70]), 4, jax.random.key(2))
+  (two,) = server.run([req])
+  assert two.carried == 0
+  np.testing.assert_array_equal(two.tokens, _alone(cfg, params, req, 1.0)[0])
+
+
+def test_a_request_that_does_not_fit_the_cache_is_refused(ring):
+  cfg, params = ring
+  server = _engine(cfg, cache_length=16).start(params)
+  with pytest.raises(ValueError, match="cache_length=16"):
+    server.submit(E.Request(0, [BOS] * 10, 7, jax.random.key(0)))
+  with pytest.raises(ValueError, match="multiple of prefill_chunk"):
+    _engine(cfg, cache_length=18)
+
+
+def test_lockstep_row_steps_count_the_longest_row():
+  out = S.SampleOutput(
+      tokens=np.zeros((4, 8), np.int32), logprobs=np.zeros((4, 8)),
+      lengths=np.array([1, 5, 3, 2]), finished=np.zeros(4, bool),
+  )  # fmt: skip
+  assert E.lockstep_row_steps(out) == 20
+
+
+def test_sharded_engine_samples_what_one_device_samples(ring):
+  cfg, params = ring
+  mesh = sharding.make_mesh(
+      ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
+  )
+  rules = config_lib.base_config().mesh.rules
+  placed = sharding.shard_params(params, mesh, rules)
+  engine = _engine(cfg, slots=4, prefill_rows=4, mesh=mesh, rules=rules)
+  results = engine.start(placed).run(_requests())
+  ref = {r.request.key: r for r in _engine(cfg, slots=4).start(params).run(
+      _requests())}  # fmt: skip
+  for res in results:
+    np.testing.assert_array_equal(res.tokens, ref[res.request.key].tokens)
+    np.testing.assert_allclose(
+        res.logprobs, ref[res.request.key].logprobs, atol=1e-5
+    )
+  assert engine.traces["generate"] == 1
