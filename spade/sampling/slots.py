@@ -57,8 +57,9 @@ each `step()` fills free slots, runs one `generate`, and hands back the
 requests that ended. With `carry_first` (the default) a returning episode
 that can continue its own free slot is served before the queue's head;
 otherwise first come, first served, and with more episodes than slots their
-histories are evicted. Counters: `decode_row_steps` (slots x steps that ran, live or not, plus the rows of
-every prefill's first-token draw) and `tokens_generated`;
+histories are evicted. Counters: `decode_row_steps` (slots x steps that
+ran, live or not, plus the rows of every prefill's first-token draw) and
+`tokens_generated`;
 `padding_ratio = decode_row_steps / tokens_generated`. `lockstep_row_steps`
 counts a lock-step `SampleOutput` the same way.
 
