@@ -18,7 +18,7 @@ This file also holds the settings `qwen3_8b_tpu.py` uses, so the two sizes
 cannot drift apart. Shapes come from `spade.model.architecture.qwen3_shapes`
 (the Hugging Face configs: 4B ties its output layer to the embedding, 8B does
 not); the loader checks them against the directory's config.json. Rollouts
-follow the reference implementation, as in `gemma3_1b_tpu.py`.
+follow the reference implementation, as in `gemma3_tpu.py`.
 """
 
 from spade import config as config_lib

@@ -1,9 +1,9 @@
 r"""Launches SPADE with XManager on a Cloud TPU slice or a GPU VM.
 
-  python launch/xm_launch.py --config=configs/gemma3_1b_tpu.py --tpu=v5p-32 \
+  python launch/xm_launch.py --config=configs/gemma3_tpu.py:1b --tpu=v5p-32 \
       --workdir=gs://BUCKET/spade/run1 --config.num_iterations=7
 
-  python launch/xm_launch.py --dry_run --config=configs/gemma3_1b_tpu.py \
+  python launch/xm_launch.py --dry_run --config=configs/gemma3_tpu.py:1b \
       --config.num_iterations=7 --tpu=v5p-32
 
 The job runs `python -m spade.main --config=... --workdir=...` on every host of
@@ -580,7 +580,7 @@ def _define_flags():
 
   fv = flags.FlagValues()
   for name, default, help_text in (
-      ("config", None, "Config file[:variant], e.g. configs/gemma3_1b_tpu.py"),
+      ("config", None, "Config file[:variant], e.g. configs/gemma3_tpu.py:1b"),
       ("workdir", None, "Where the job writes (gs://...)."),
       ("tpu", None, "TPU slice, e.g. v5p-32, v4-8, v5e-16, v6e-8."),
       ("tpu_topology", None, "Slice shape instead of the size's default."),
@@ -615,7 +615,7 @@ def main(argv: Sequence[str]) -> int:
     if len(rest) > 1:
       raise LaunchError(f"unexpected arguments: {' '.join(rest[1:])}")
     if not flag_values.config:
-      raise LaunchError("--config is required, e.g. configs/gemma3_1b_tpu.py")
+      raise LaunchError("--config is required, e.g. configs/gemma3_tpu.py:1b")
     if bool(flag_values.tpu) == bool(flag_values.gpu):
       raise LaunchError("give exactly one of --tpu=v5p-32 or --gpu=h100:8")
     accel = (

@@ -255,10 +255,11 @@ with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
 NEXT_MD = """\
 ## Next
 
-- Bigger models: `configs/gemma3_1b_tpu.py` (and 4B, 12B, 27B) give the mesh
-  and rollout sizes for TPU pods; each has a `:runlocal` variant for CPU.
+- Bigger models: `configs/gemma3_tpu.py:1b` (or `:4b`, `:12b`, `:27b`) gives the
+  mesh and rollout sizes for TPU pods; each size has a `,runlocal` variant
+  for CPU (`configs/gemma3_tpu.py:1b,runlocal`).
 - Launch on Cloud TPU: `python launch/xm_launch.py --dry_run
-  --config=configs/gemma3_1b_tpu.py --tpu=v5p-32` prints the job;
+  --config=configs/gemma3_tpu.py:1b --tpu=v5p-32` prints the job;
   `launch/README.md` explains the rest.
 - Any override works here as on the command line: `config.agent.max_turns = 6`
   in this notebook is `--config.agent.max_turns=6` there.

@@ -1,6 +1,6 @@
 r"""Compiles a config's TPU programs ahead of time on a CPU host: does it fit?
 
-  python -m spade.compile --config=configs/gemma3_1b_tpu.py --topology=v5p-32
+  python -m spade.compile --config=configs/gemma3_tpu.py:1b --topology=v5p-32
   python -m spade.compile --config=configs/tiny.py --topology=v5p-8 \
       --config.compile.agent_rows=64
 
@@ -631,7 +631,7 @@ def _define_flags() -> None:
   `spade.compile` as a library (tests, notebooks) next to `spade.main`,
   which defines its own --config, must not clash."""
   config_flags.DEFINE_config_file(
-      "config", None, "Config file, e.g. configs/gemma3_1b_tpu.py"
+      "config", None, "Config file, e.g. configs/gemma3_tpu.py:1b"
   )
   flags.DEFINE_string(
       "topology", None, "TPU slice name, e.g. v5p-8, v5p-32, v5e-16, v6e-8."

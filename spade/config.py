@@ -67,7 +67,7 @@ def base_config() -> ConfigDict:
   # What the update's backward keeps of each layer (the rest is recomputed):
   # "none" (keep all), "full" (only each layer's input), "minimal" (the
   # weight matmuls' outputs), "save_dot_except_mlp", ...: MaxText's names,
-  # spade.model.transformer.REMAT_POLICIES.
+  # spade.model.architecture.REMAT_POLICIES.
   c.model.remat = "none"
   # Decoding runs the layers one by one on an unstacked copy of their weights
   # made once per sampler call (fast: 4x on CPU for Gemma 3 270M at batch 8);
@@ -450,7 +450,7 @@ _CHOICES = {
     "model.mlp_activation": ("gelu", "silu"),
     "model.dtype": ("float32", "bfloat16"),
     "model.param_dtype": ("float32", "bfloat16"),
-    # The keys of spade.model.transformer.REMAT_POLICIES (and an alias).
+    # The keys of spade.model.architecture.REMAT_POLICIES (and an alias).
     "model.remat": (
         "none", "full", "minimal", "save_dot_with_context_except_mlp",
         "save_dot_except_mlpwi", "save_dot_except_mlp",
@@ -526,12 +526,12 @@ def tpu_pod_config(
 
   Rollouts follow the reference implementation: 24 environments an
   iteration, 16 episodes with and 16 without a hint each, up to 25 turns;
-  `spade.compile` checks the update at that size. `configs/gemma3_*_tpu.py`
+  `spade.compile` checks the update at that size. `configs/gemma3_tpu.py`
   and `configs/qwen3_*_tpu.py` call this with their shapes and mesh, so the
   sizes cannot drift apart.
 
   Args:
-    shapes: `config.model` values (`transformer.gemma3_shapes(...)`, ...).
+    shapes: `config.model` values (`architecture.gemma3_shapes(...)`, ...).
     fsdp, tensor: the parameter sharding; `mesh.data=-1` takes every other
       device, so the config fits any slice of a multiple of fsdp * tensor.
     checkpoint_kind, tokenizer_kind: `config.checkpoint.kind`, ...

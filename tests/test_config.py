@@ -110,3 +110,14 @@ def test_cli_one_line_error(override, needle, tmp_path):
   assert len(lines) == 1, proc.stderr
   assert needle in lines[0]
   assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "arg", ["1b", "4b", "12b", "27b", "1b,runlocal", "27b,runlocal"]
+)
+def test_gemma3_tpu_reaches_every_size(arg):
+  c = _load("gemma3_tpu", arg)
+  config_lib.validate(c)
+  size = arg.split(",")[0]
+  layers = {"1b": 26, "4b": 34, "12b": 48, "27b": 62}[size]
+  assert c.model.num_layers == (2 if "runlocal" in arg else layers)

@@ -128,7 +128,7 @@ def test_split_argv_keeps_overrides_verbatim_and_in_order():
 
 
 def test_mesh_resolves_on_the_slice():
-  c = _config("gemma3_12b_tpu")
+  c = _config("gemma3_tpu", "12b")
   assert xl.check_mesh(c, xl.parse_tpu("v5p-256")) == {
       "data": 2,
       "fsdp": 16,
@@ -140,7 +140,7 @@ def test_mesh_resolves_on_the_slice():
 
 def test_build_jobs_single_host_has_no_distributed_flag():
   plan = xl.build_jobs(
-      "configs/gemma3_1b_tpu.py", [], xl.parse_tpu("v5p-8"), "gs://b/run"
+      "configs/gemma3_tpu.py:1b", [], xl.parse_tpu("v5p-8"), "gs://b/run"
   )
   (job,) = plan["jobs"]
   assert job["hosts"] == 1
@@ -162,7 +162,7 @@ def _run_cli(*args):
 def test_dry_run_cli_prints_one_json_job_with_the_override():
   proc = _run_cli(
       "--dry_run",
-      "--config=configs/gemma3_1b_tpu.py",
+      "--config=configs/gemma3_tpu.py:1b",
       "--config.num_iterations=7",
       "--tpu=v5p-32",
   )
@@ -176,7 +176,7 @@ def test_dry_run_cli_prints_one_json_job_with_the_override():
       "python",
       "-m",
       "spade.main",
-      "--config=configs/gemma3_1b_tpu.py",
+      "--config=configs/gemma3_tpu.py:1b",
   ]
   assert job["command"][-1] == "--config.num_iterations=7"
   assert "--num_processes=4" in job["command"]
@@ -189,7 +189,7 @@ def test_dry_run_cli_prints_one_json_job_with_the_override():
 def test_dry_run_gpu_with_prebuilt_image_and_variant():
   proc = _run_cli(
       "--dry_run",
-      "--config=configs/gemma3_4b_tpu.py:runlocal",
+      "--config=configs/gemma3_tpu.py:4b,runlocal",
       "--gpu=h100:8",
       "--image=us-docker.pkg.dev/p/r/spade:1",
       "--workdir=/mnt/runs/a",
@@ -206,7 +206,7 @@ def test_dry_run_gpu_with_prebuilt_image_and_variant():
       "python",
       "-m",
       "spade.main",
-      "--config=configs/gemma3_4b_tpu.py:runlocal",
+      "--config=configs/gemma3_tpu.py:4b,runlocal",
       "--workdir=/mnt/runs/a",
       "--config.agent.max_turns=3",
   ]
@@ -225,7 +225,7 @@ def test_dry_run_gpu_with_prebuilt_image_and_variant():
 def test_dry_run_errors_are_one_line(args, needle):
   base = ["--dry_run", "--tpu=v5p-8"]
   if not any(a.startswith("--config=") for a in args):
-    base.append("--config=configs/gemma3_1b_tpu.py")
+    base.append("--config=configs/gemma3_tpu.py:1b")
   proc = _run_cli(*base, *args)
   assert proc.returncode == 2
   lines = proc.stderr.strip().splitlines()
@@ -239,7 +239,7 @@ def test_real_launch_without_xmanager_says_how_to_install(capsys, monkeypatch):
   status = xl.main(
       [
           "xm_launch.py",
-          "--config=configs/gemma3_1b_tpu.py",
+          "--config=configs/gemma3_tpu.py:1b",
           "--tpu=v5p-8",
           "--workdir=gs://b/run",
       ]
@@ -250,7 +250,7 @@ def test_real_launch_without_xmanager_says_how_to_install(capsys, monkeypatch):
 
 @pytest.mark.parametrize("size", ["1b", "4b", "12b", "27b"])
 def test_gemma3_configs_pod_and_runlocal(size):
-  c = _config(f"gemma3_{size}_tpu")
+  c = _config("gemma3_tpu", size)
   config_lib.validate(c)
   layers, embed = {
       "1b": (26, 1152),
@@ -265,16 +265,16 @@ def test_gemma3_configs_pod_and_runlocal(size):
   assert (c.designer.num_envs, c.agent.episodes_per_env) == (24, 16)
   assert c.agent.max_turns == 25
   assert c.tokenizer.kind == "gemma_sp" and c.model.dtype == "bfloat16"
-  small = _config(f"gemma3_{size}_tpu", "runlocal")
+  small = _config("gemma3_tpu", f"{size},runlocal")
   config_lib.validate(small)
   assert small.model.num_layers == 2 and small.tokenizer.kind == "bytes"
   assert small.mesh.fsdp * small.mesh.tensor == 4  # fits 8 fake devices
   with pytest.raises(ValueError, match="runlocal"):
-    _config(f"gemma3_{size}_tpu", "huge")
+    _config("gemma3_tpu", f"{size},huge")
 
 
 def test_27b_scales_queries_by_embed_over_heads():
-  c = _config("gemma3_27b_tpu")
+  c = _config("gemma3_tpu", "27b")
   assert c.model.query_scale == c.model.embed_dim / c.model.num_heads == 168
   assert c.model.head_dim == 128
 
@@ -285,7 +285,7 @@ def test_gemma3_configs_match_the_model_shape_table(size):
   # it equal to the model package's.
   from spade.model import architecture  # pylint: disable=g-import-not-at-top
 
-  c = _config(f"gemma3_{size}_tpu")
+  c = _config("gemma3_tpu", size)
   for key, value in architecture.gemma3_shapes(size).items():
     assert c.model[key] == value, key
 
@@ -302,7 +302,7 @@ def test_gemma3_pod_configs_have_the_published_size(size):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from spade.model import transformer  # pylint: disable=g-import-not-at-top
 
-  c = _config(f"gemma3_{size}_tpu")
+  c = _config("gemma3_tpu", size)
   model = transformer.build_model(c.model)
   tokens = jnp.zeros((1, 1), jnp.int32)
   # Shapes only: no memory, no compilation.
@@ -325,7 +325,7 @@ def test_runlocal_builds_and_shards_on_8_cpu_devices():
   from spade.model import sharding  # pylint: disable=g-import-not-at-top
   from spade.model import transformer  # pylint: disable=g-import-not-at-top
 
-  c = _config("gemma3_1b_tpu", "runlocal")
+  c = _config("gemma3_tpu", "1b,runlocal")
   assert jax.device_count() == 8
   mesh = sharding.make_mesh(c.mesh)
   assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
