@@ -1,5 +1,6 @@
 """The loop state: grounding cursor, memory archive (with its replay
-buffer), the delayed designer rows and the regeneration window.
+buffer), the delayed designer rows, the regeneration window, the
+adaptive mode's difficulty windows and the static pool's draw cursor.
 
 All of it is plain host-side state, identical on every process (every process
 makes the same calls in the same order), saved whole as one JSON item in the
@@ -12,16 +13,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 from typing import Any
 
 import jax
 import ml_collections
 
 from spade import grounding
+from spade.environments import difficulty as difficulty_lib
 from spade.selfplay import batching
 from spade.selfplay import records
 from spade.memory import archive as archive_lib
 from spade.memory import dedup
+from spade.memory import fifo as fifo_lib
+from spade.selfplay import adaptive
 from spade.selfplay import multihost
 
 
@@ -42,10 +47,26 @@ class LoopState:
           process_count=jax.process_count() if self._sharded else 1,
       )
     self.archive = archive_lib.Archive(config.memory)
+    # The reference's prompt memory (`memory.retrieval="reference"`): a
+    # FIFO of the environments played at regeneration steps.
+    self.fifo = fifo_lib.FifoMemory(
+        config.memory.capacity, config.memory.code_chars, seed=config.seed
+    )
+    # learning_potential's per-skill trackers (skill -> [fast, slow, seen]).
+    self.lp: dict[str, list[float]] = {}
     # (iteration made, rows): designer rows waiting `optim.designer_delay`.
     self.delayed: list[tuple[int, list[batching.Row]]] = []
     # The pool being played and its plays (`records.Window`), or None.
     self.window = None
+    # adaptive mode: one difficulty window per environment of the family,
+    # and the (name, level) of each environment this iteration plays.
+    self.difficulty: difficulty_lib.State = {}
+    if config.train.mode == "adaptive":
+      self.difficulty = adaptive.initial_state(config)
+    self.played_levels: list[tuple[str, int]] = []
+    # fixed_pool with pool_draw="without_replacement": the sorted pool's
+    # names, those not yet drawn (in order) and the shuffling generator.
+    self.pool_cursor: dict[str, Any] | None = None
 
   def delay_designer_rows(
       self, iteration: int, rows: list[batching.Row], delay: int
@@ -62,6 +83,54 @@ class LoopState:
     while self.delayed and self.delayed[0][0] + delay <= iteration:
       due.extend(self.delayed.pop(0)[1])
     return due
+
+  def update_difficulty(self, scores: records.Scores) -> None:
+    """adaptive mode: the windows learn from this iteration's plays."""
+    if self.config.train.mode == "adaptive":
+      self.difficulty = adaptive.update(
+          self.config,
+          self.difficulty,
+          self.played_levels,
+          scores.returns,
+          scores.mask,
+      )
+
+  def draw_pool(self, names: list[str], n: int) -> list[str]:
+    """n pool names drawn without replacement across iterations.
+
+    The reference's `_select_static_games_without_replacement`
+    (spade/slime/spade_rollout.py): the sorted names shuffled once by a
+    generator seeded with `config.seed`, taken in order; when fewer than n
+    are left, those are taken and the rest come from a fresh shuffle of the
+    whole pool by the same generator, without the ones just taken (so a
+    pool smaller than n gives the whole pool, once). A changed pool starts
+    over.
+    """
+    canonical = sorted(names)
+    cursor = self.pool_cursor
+    if cursor is None or cursor["names"] != canonical:
+      rng = random.Random(self.config.seed)
+      remaining = list(canonical)
+      rng.shuffle(remaining)
+    else:
+      rng = random.Random()
+      rng.setstate(_rng_state(cursor["rng"]))
+      remaining = list(cursor["remaining"])
+    selected, remaining = remaining[:n], remaining[n:]
+    if len(selected) < n:
+      refill = list(canonical)
+      rng.shuffle(refill)
+      taken = set(selected)
+      refill = [x for x in refill if x not in taken]
+      needed = n - len(selected)
+      selected.extend(refill[:needed])
+      remaining = refill[needed:]
+    self.pool_cursor = {
+        "names": canonical,
+        "remaining": remaining,
+        "rng": _rng_json(rng.getstate()),
+    }
+    return selected
 
   def documents(self, n: int) -> list[Any]:
     """n grounding documents, or n Nones when grounding is off."""
@@ -82,10 +151,47 @@ class LoopState:
         docs[p + j * count] = grounding.Document(**d)
     return docs
 
-  def examples(self, document: Any, n: int) -> list[Any]:
-    if not self.config.memory.enabled or n <= 0:
+  def examples(self, document: Any, n: int, skill: str | None) -> list[Any]:
+    """A designer prompt's memory examples: the reference's (`fifo`: n
+    positives of `skill` in the difficulty band, then negatives by name) or
+    ours (`memory.retrieval="archive"`: the archive's top regret, document
+    neighbour, latest invalid)."""
+    m = self.config.memory
+    if not m.enabled or n <= 0:
       return []
+    if m.retrieval == "reference":
+      return self.fifo.prompt_examples(skill, n, m.num_negatives)
     return self.archive.prompt_examples(document, n)
+
+  def remember_regeneration(
+      self, it: int, window: records.Window, scores: records.Scores
+  ) -> None:
+    """Adds every design played at regeneration step `it` to the FIFO, with
+    that step's win rate (share of unhinted plays with reward > 0) and
+    matched regret (hinted minus unhinted mean), as the reference's
+    orchestrator does."""
+    if not self.config.memory.enabled:
+      return
+    for e, env in enumerate(window.envs):
+      if env.design_index is None:
+        continue
+      d = window.designs[env.design_index]
+      m = scores.mask[e]
+      plain = scores.returns[e, :, 0][m[:, 0]]
+      hinted = scores.returns[e, :, 1][m[:, 1]]
+      if not plain.size:
+        continue
+      regret = (float(hinted.mean()) if hinted.size else 0.0) - float(
+          plain.mean()
+      )
+      self.fifo.add(
+          fifo_lib.game_name(it, d.index, d.skill or ""),
+          d.skill or "",
+          d.code,
+          win_rate=float((plain > 0).mean()),
+          regret=regret,
+          rollout_id=it,
+      )
 
   def archive_add(
       self,
@@ -127,10 +233,13 @@ class LoopState:
     return float(dedup.diversity(codes)) if len(codes) > 1 else 0.0
 
   def metrics(self, *, replayed: int, total: int) -> dict[str, float]:
+    """Memory metrics and, in adaptive mode, `difficulty/<environment>`."""
+    out = difficulty_lib.metrics(self.difficulty)
     if not self.config.memory.enabled:
-      return {}
+      return out
     self.archive.set_replay_fraction(replayed / total if total else 0.0)
-    return {k: float(v) for k, v in self.archive.metrics().items()}
+    out.update({k: float(v) for k, v in self.archive.metrics().items()})
+    return out
 
   def state(self) -> dict:
     return {
@@ -141,6 +250,10 @@ class LoopState:
             for it, rows in self.delayed
         ],
         "window": self.window.to_json() if self.window is not None else None,
+        "difficulty": difficulty_lib.state_dict(self.difficulty),
+        "pool_cursor": self.pool_cursor,
+        "fifo": self.fifo.state_dict(),
+        "lp": self.lp,
     }
 
   def load(self, state: dict) -> None:
@@ -155,6 +268,12 @@ class LoopState:
     ]
     window = state.get("window")
     self.window = records.Window.from_json(window) if window else None
+    if state.get("difficulty"):
+      self.difficulty = difficulty_lib.load_state(state["difficulty"])
+    self.pool_cursor = state.get("pool_cursor")
+    if state.get("fifo") is not None:
+      self.fifo.load_state_dict(state["fifo"])
+    self.lp = {k: list(v) for k, v in state.get("lp", {}).items()}
 
   def write_memory_file(self, workdir: str) -> None:
     """Mirrors the archive to WORKDIR/memory.json for the show CLI.
@@ -167,3 +286,15 @@ class LoopState:
     with open(path + ".tmp", "w") as f:
       json.dump(self.archive.state_dict(), f)
     os.replace(path + ".tmp", path)
+
+
+def _rng_json(state: tuple) -> list:
+  """`random.Random.getstate()` as JSON (lists for tuples)."""
+  version, internal, gauss = state
+  return [version, list(internal), gauss]
+
+
+def _rng_state(data: list) -> tuple:
+  """The inverse of `_rng_json`."""
+  version, internal, gauss = data
+  return (version, tuple(internal), gauss)

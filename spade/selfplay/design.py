@@ -153,7 +153,6 @@ def _prompts(config, engine, state, it):
   mutate = np.random.default_rng(seed_for(c.seed, it, "mutate"))
   skill_groups: dict[str, int] = {}
   for g, doc in enumerate(docs):
-    examples = state.examples(doc, c.memory.num_examples)
     parent = None
     if mutate.random() < c.memory.mutation_fraction:
       parent = state.mutation_parent(seed_for(c.seed, it, g))
@@ -164,6 +163,7 @@ def _prompts(config, engine, state, it):
         seed=c.seed,
         regen_interval=c.designer.regeneration_interval,
     )
+    examples = state.examples(doc, c.memory.num_examples, spec.skill)
     ids = designer_prompt(c, engine, doc, examples, parent, spec)
     # The reference centres designer rewards per skill.
     skill = skill_groups.setdefault(spec.skill, len(skill_groups))

@@ -250,6 +250,10 @@ class Engine:
     from spade.designer import prompts as designer_prompts  # pylint: disable=g-import-not-at-top
 
     c = self.config
+    if c.train.warm_start_dir:
+      return self._warm_start_rows(
+          _folder_rows(self, c.train.warm_start_dir), [], steps
+      )
     designer_rows, agent_rows = [], []
     for seed in seeds:
       prompt = self.render(designer_prompts.designer_messages(None))
@@ -277,6 +281,11 @@ class Engine:
         )
         after = episode[i + 1][0] if i + 1 < len(episode) else ""
         history.append((action, after))
+    self._warm_start_rows(designer_rows, agent_rows, steps)
+
+  def _warm_start_rows(self, designer_rows, agent_rows, steps: int) -> None:
+    """`steps` supervised steps on batches drawn from the rows."""
+    c = self.config
     # A supervised row is trained whole or not at all: a program or move cut
     # to fit would teach a broken one.
     fits = (
@@ -297,7 +306,9 @@ class Engine:
       )
     rng = np.random.default_rng(c.seed)
     size = c.train.warm_start_batch
-    ticker = console.Ticker("warm start", total=steps, unit="steps")
+    ticker = console.Ticker(
+        "warm start", total=steps, unit="steps", quiet_under=0
+    )
     for step in range(steps):
       pick = (
           lambda rows: [rows[i] for i in rng.choice(len(rows), size)]
@@ -313,3 +324,37 @@ class Engine:
       logging.info("warm start %d/%d: %s", step + 1, steps, metrics)
       ticker.update(step + 1)
     ticker.close(steps)
+
+
+def _folder_rows(engine: Engine, folder: str) -> list[batching.Row]:
+  """Designer rows teaching the programs of `folder` (`train.
+  warm_start_dir`), each from the prompt the design phase renders for
+  iteration 0's first design (with grounding off and a prompt budget
+  shorter than the instructions, every design's prompt is that one)."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  from spade.designer import prompts as designer_prompts  # pylint: disable=g-import-not-at-top
+  from spade.selfplay import design as design_lib  # pylint: disable=g-import-not-at-top
+
+  c = engine.config
+  paths = sorted(glob.glob(os.path.join(os.path.expanduser(folder), "*.py")))
+  if not paths:
+    raise FileNotFoundError(
+        f"config.train.warm_start_dir={folder!r} holds no *.py programs"
+    )
+  spec = designer_prompts.pick_prompt(
+      c.designer,
+      iteration=0,
+      index=0,
+      seed=c.seed,
+      regen_interval=c.designer.regeneration_interval,
+  )
+  prompt = design_lib.designer_prompt(c, engine, None, [], None, spec)
+  rows = []
+  for path in paths:
+    with open(path) as f:
+      source = f.read()
+    completion = engine.tokenizer.encode(source) + [engine.tokenizer.eos_id]
+    rows.append(batching.Row(prompt, completion, [], 1.0))
+  return rows

@@ -25,6 +25,8 @@ One iteration (see DESIGN.md); each phase makes typed records
 
 `train.mode="fixed_pool"` is the baseline: no designer; the agent plays the
 programs of `train.pool_dir` (or the seed library) with the same compute.
+`train.mode="adaptive"` plays a levelled family (`train.family`) at each
+environment's sliding-window level, unhinted (`spade.selfplay.adaptive`).
 
 Starting again on the same workdir resumes from the newest checkpoint.
 """
@@ -88,7 +90,7 @@ class Trainer:
       self.state.load(loop_state)
       self.start = step
       self.writer.drop_after(step)
-      logging.info("resumed from %s at iteration %d", workdir, step)
+      console.say("resumed from %s at iteration %d", workdir, step)
     self.seeds = [
         p for p in library.seed_programs() if not getattr(p, "heldout", False)
     ]
@@ -157,8 +159,13 @@ class Trainer:
         c, self.engine, self.envs, it, envs, hinted_arm=window.start == it
     )
     scores = score_lib.score(c, [], envs, *score_lib.returns(c, envs, episodes))
+    self.state.update_difficulty(scores)  # adaptive mode: windows learn
     agent_rows, total = score_lib.agent_rows(c, episodes, scores)
-    window = window.with_plays(scores.returns, scores.mask)
+    window = window.with_plays(
+        scores.returns, scores.mask, score_lib.timed_out(len(envs), episodes)
+    )
+    if window.start == it:
+      self.state.remember_regeneration(it, window, scores)
     interval = (
         c.designer.regeneration_interval if c.train.mode == "spade" else 1
     )
@@ -167,6 +174,9 @@ class Trainer:
     window_scores = score_lib.score(c, window.designs, envs, *window.arrays())
     designer_rows = []
     if closes:
+      window_scores, self.state.lp = score_lib.window_rewards(
+          c, window, window_scores, total, self.state.lp
+      )
       designer_rows, designer_total = score_lib.designer_rows(
           window.designs, window_scores
       )

@@ -21,7 +21,7 @@ makes a new record (`dataclasses.replace`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -192,25 +192,46 @@ class Window:
     envs: the environments played over the window.
     designs: the designs made at regeneration (valid or not).
     plays: per environment, [unhinted returns, hinted returns] so far.
+    steps: per environment, its unhinted returns of each iteration of the
+      window in order (step offset 0: the regeneration step), for the
+      reference's matched-timing and per-step window rewards.
+    timed_out: per environment, whether a step() of it ran past its budget.
   """
 
   start: int
   envs: list[Environment]
   designs: list[Design]
   plays: list[list[list[float]]]
+  steps: list[list[list[float]]] = dataclasses.field(default_factory=list)
+  timed_out: list[bool] = dataclasses.field(default_factory=list)
 
-  def with_plays(self, returns: np.ndarray, mask: np.ndarray) -> "Window":
+  def with_plays(
+      self,
+      returns: np.ndarray,
+      mask: np.ndarray,
+      timed_out: Sequence[bool] = (),
+  ) -> "Window":
     """This window with one iteration's returns f32[E, K, 2] added where
-    `mask` is True."""
-    plays = [
+    `mask` is True (and the environments whose step() timed out)."""
+    n = len(self.envs)
+    new = [
         [
-            list(self.plays[e][h])
-            + [float(r) for r, m in zip(returns[e, :, h], mask[e, :, h]) if m]
+            [float(r) for r, m in zip(returns[e, :, h], mask[e, :, h]) if m]
             for h in (0, 1)
         ]
-        for e in range(len(self.envs))
+        for e in range(n)
     ]
-    return dataclasses.replace(self, plays=plays)
+    steps = self.steps or [[] for _ in range(n)]
+    was = list(self.timed_out) or [False] * n
+    now = list(timed_out) or [False] * n
+    return dataclasses.replace(
+        self,
+        plays=[
+            [self.plays[e][h] + new[e][h] for h in (0, 1)] for e in range(n)
+        ],
+        steps=[list(steps[e]) + [new[e][0]] for e in range(n)],
+        timed_out=[bool(was[e] or now[e]) for e in range(n)],
+    )
 
   def arrays(self) -> tuple[np.ndarray, np.ndarray]:
     """The accumulated plays as returns f32[E, K, 2] with their mask."""
@@ -229,6 +250,8 @@ class Window:
         "envs": [e.to_json() for e in self.envs],
         "designs": [d.to_json() for d in self.designs],
         "plays": self.plays,
+        "steps": self.steps,
+        "timed_out": self.timed_out,
     }
 
   @classmethod
@@ -238,6 +261,10 @@ class Window:
         envs=[Environment.from_json(e) for e in d["envs"]],
         designs=[Design.from_json(x) for x in d["designs"]],
         plays=[[list(map(float, p)) for p in env] for env in d["plays"]],
+        steps=[
+            [list(map(float, p)) for p in env] for env in d.get("steps", [])
+        ],
+        timed_out=[bool(t) for t in d.get("timed_out", [])],
     )
 
 

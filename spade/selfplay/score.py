@@ -7,10 +7,13 @@ from arrays (one jitted call, `spade.regret.scoring`), and `agent_rows` and
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import ml_collections
 import numpy as np
 
+from spade.regret import delayed
 from spade.regret import scoring as regret_scoring
 from spade.selfplay import batching
 from spade.selfplay import records
@@ -138,3 +141,143 @@ def designer_rows(
       if float(a) != 0.0
   ]
   return rows, len(designs)
+
+
+def timed_out(num_envs: int, episodes: list[records.Episode]) -> list[bool]:
+  """Per environment: whether one of its episodes ended on a step() that ran
+  past its budget (the rollout's error "timeout: ...")."""
+  out = [False] * num_envs
+  for ep in episodes:
+    if ep.env_failed and (ep.error or "").startswith("timeout"):
+      out[ep.env_index] = True
+  return out
+
+
+def window_arrays(window: records.Window):
+  """The window's plays as `spade.regret.delayed` takes them: unhinted
+  returns f32[E, S, K] by step offset with their mask, and the hinted
+  returns f32[E, H] of the regeneration step with theirs."""
+  n = max(len(window.envs), 1)
+  steps = window.steps or [[p[0]] for p in window.plays]
+  s = max([len(e) for e in steps] + [1])
+  k = max([len(x) for e in steps for x in e] + [1])
+  h = max([len(p[1]) for p in window.plays] + [1])
+  w = np.zeros((n, s, k), np.float32)
+  wmask = np.zeros_like(w, bool)
+  hint = np.zeros((n, h), np.float32)
+  hmask = np.zeros_like(hint, bool)
+  for e, env_steps in enumerate(steps):
+    for j, plays in enumerate(env_steps):
+      w[e, j, : len(plays)] = plays
+      wmask[e, j, : len(plays)] = True
+  for e, (_, hinted) in enumerate(window.plays):
+    hint[e, : len(hinted)] = hinted
+    hmask[e, : len(hinted)] = True
+  return w, wmask, hint, hmask
+
+
+def window_rewards(
+    config: ml_collections.ConfigDict,
+    window: records.Window,
+    scores: records.Scores,
+    actor_rows: int,
+    lp_state: dict[str, list[float]] | None = None,
+) -> tuple[records.Scores, dict[str, list[float]] | None]:
+  """The window's designer rewards as the reference computes them.
+
+  With `regret.estimator="reference"`: the raw signal per environment by
+  `regret.window_reward` (`spade.regret.delayed`: the blend with
+  `regret.timing`, regret_based, micro_lp, solve_rate, learning_potential),
+  each design's reward its environment's, centred per skill over the
+  designs that are trained (valid, and raw >= 0), times the weight
+  min(actor rows / design rows x interval, `regret.max_env_reward_scale`).
+  Other estimators keep the scorer's rewards, with the same weight.
+  `lp_state` (skill -> [mu_fast, mu_slow, seen]) is learning_potential's
+  state, returned updated.
+
+  Returns:
+    (`scores` with design_reward and designer_advantages replaced, the
+    learning-potential state).
+  """
+  c, r = config, config.regret
+  designs = window.designs
+  n = len(designs)
+  interval = c.designer.regeneration_interval
+  valid = np.array([d.valid for d in designs], bool)
+  scale = delayed.env_reward_scale(
+      actor_rows, int(valid.sum()), interval, r.max_env_reward_scale
+  )
+  if r.estimator != "reference" or not n:
+    return (
+        dataclasses.replace(
+            scores, designer_advantages=scores.designer_advantages * scale
+        ),
+        lp_state,
+    )
+  w, wmask, hint, hmask = window_arrays(window)
+  plateau = dict(
+      plateau_lo=r.plateau_lo,
+      plateau_hi=r.plateau_hi,
+      plateau_ramp=r.plateau_ramp,
+  )
+  env_of = {env.design_index: e for e, env in enumerate(window.envs)
+            if env.design_index is not None}  # fmt: skip
+  skills = sorted({d.skill for d in designs})
+  if r.window_reward == "blend":
+    raw_env = delayed.blend(
+        w, wmask, hint, hmask, timing=r.timing,
+        regret_weight=r.regret_weight, regret_scale=r.regret_scale,
+        plateau_weight=r.plateau_weight, **plateau,
+    )  # fmt: skip
+  elif r.window_reward == "regret_based":
+    raw_env = delayed.regret_based(
+        w, wmask, hint, hmask,
+        np.array(window.timed_out or [False] * len(w), bool)[: len(w)],
+        timeout_penalty=r.timeout_penalty,
+    )  # fmt: skip
+  elif r.window_reward == "micro_lp":
+    raw_env = delayed.micro_lp(w, wmask)
+  elif r.window_reward == "solve_rate":
+    raw_env = delayed.solve_rate(w, wmask, **plateau)
+  elif r.window_reward == "learning_potential":
+    lp_state = dict(lp_state or {})
+    env_skill = np.zeros((len(w),), np.int32)
+    for i, e in env_of.items():
+      env_skill[e] = skills.index(designs[i].skill)
+    old = [lp_state.get(s, [0.0, 0.0, 0.0]) for s in skills]
+    state = delayed.LPState(
+        np.array([o[0] for o in old], np.float32),
+        np.array([o[1] for o in old], np.float32),
+        np.array([bool(o[2]) for o in old]),
+    )
+    raw_env, state = delayed.learning_potential(
+        w, wmask, env_skill, state,
+        gamma_fast=r.lp_gamma_fast, gamma_slow=r.lp_gamma_slow,
+    )  # fmt: skip
+    state = jax.device_get(state)
+    for j, s in enumerate(skills):
+      lp_state[s] = [
+          float(state.mu_fast[j]), float(state.mu_slow[j]),
+          float(state.seen[j]),
+      ]  # fmt: skip
+  else:
+    raise ValueError(
+        f"unknown regret.window_reward {r.window_reward!r}; one of"
+        f" {delayed.WINDOW_REWARDS}"
+    )
+  raw_env = np.asarray(jax.device_get(raw_env), np.float32)
+  raw = np.full((n,), r.invalid_penalty, np.float32)
+  for i, e in env_of.items():
+    raw[i] = raw_env[e]
+  has_env = np.array([i in env_of for i in range(n)], bool)
+  keep = valid & has_env & (raw >= 0)
+  skill_ids = np.array([skills.index(d.skill) for d in designs], np.int32)
+  adv = delayed.centre_per_skill(raw, skill_ids, keep, scale)
+  return (
+      dataclasses.replace(
+          scores,
+          design_reward=raw,
+          designer_advantages=np.asarray(jax.device_get(adv), np.float32),
+      ),
+      lp_state,
+  )

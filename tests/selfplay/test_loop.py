@@ -183,7 +183,7 @@ def test_fixed_pool_baseline_with_warm_start(tmp_path):
       check=False,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "warm start 2/2" in proc.stderr
+  assert "warm start: 2 steps in" in proc.stderr
   (row,) = metrics_lib.read_metrics(workdir)
   assert row["designer/num_designs"] == 0.0
   assert row["agent/seed_envs"] == row["agent/num_envs"] == 1.0
