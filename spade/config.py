@@ -18,6 +18,7 @@ Sections (each owned by the package of the same name):
   regret      estimator and designer reward
   optim       the shared update (GRPO/PPO clipping, KL, delays)
   train       loop length, checkpoints, warm start, baseline mode
+  difficulty  the sliding-window level controller of the adaptive mode
   memory      environment archive, duplicates, replay
   grounding   document sources for the designer
   eval        held-out suites run in-loop
@@ -263,6 +264,10 @@ def base_config() -> ConfigDict:
   # (the reference: global batch 192 / the games played, orchestrator.
   # collect_trajectories); 0 plays `episodes_per_env` each (small configs).
   c.agent.plays_per_iteration = 0
+  # False: no hinted arm at all (the reference's fixed-environment baselines
+  # play unhinted only: its static pool never regenerates, so it never plays
+  # hinted). train.mode="adaptive" never plays hinted.
+  c.agent.play_hinted = True
 
   c.regret = ConfigDict()
   # "hint" | "max" | "learnability" | "lcb" | "reference" | "solve_rate"
@@ -348,7 +353,9 @@ def base_config() -> ConfigDict:
   c.optim.lora_alpha = 32.0  # the adapters' product is scaled by alpha / rank
 
   c.train = ConfigDict()
-  c.train.mode = "spade"  # "spade" | "fixed_pool"
+  # "spade" | "fixed_pool" | "adaptive" (a levelled family, train.family,
+  # at each environment's difficulty window: spade.selfplay.adaptive).
+  c.train.mode = "spade"
   c.train.checkpoint_every = 1
   c.train.keep_checkpoints = 3
   c.train.warm_start_steps = 0
@@ -368,6 +375,28 @@ def base_config() -> ConfigDict:
   c.memory = ConfigDict()
   c.memory.enabled = True
   # The reference keeps a FIFO of 200 (--spade-env-memory-max-size 200).
+  # fixed_pool mode: how an iteration's programs are drawn from the pool.
+  # "without_replacement" (the reference's static pool, spade/slime/
+  # spade_rollout._select_static_games_without_replacement: the sorted pool
+  # shuffled once with the seed, taken in order, reshuffled when used up;
+  # its cursor is in the checkpoint) or "with_replacement" (ours: each
+  # iteration draws afresh, with replacement only when the pool is smaller
+  # than designer.num_envs).
+  c.train.pool_draw = "with_replacement"
+  # adaptive mode: the levelled family played (spade.environments.levels:
+  # "rlve" is RLVE's 16 official environments).
+  c.train.family = ""
+
+  # The sliding-window difficulty controller of adaptive mode
+  # (spade.environments.difficulty.SlidingWindow; the reference's
+  # --spade-difficulty-tau-acc 0.9 --spade-difficulty-tau-num 128
+  # --spade-difficulty-d-delta 4 and the RLVE adapter's cap 20).
+  c.difficulty = ConfigDict()
+  c.difficulty.tau_acc = 0.9
+  c.difficulty.tau_num = 128
+  c.difficulty.d_delta = 4
+  c.difficulty.min_level = 0  # every window starts at [min_level, min_level]
+  c.difficulty.max_level = 20
   c.memory.capacity = 200
   # Which examples a designer prompt shows: "reference" (spade/core/
   # env_memory.py via `spade.memory.fifo`: 2 positives of the prompt's skill
@@ -485,7 +514,8 @@ _CHOICES = {
     "regret.designer_advantage": ("center", "normalize"),
     "agent.return_rule": ("final_if_terminated", "clipped_total"),
     "agent.prompt_style": ("reference", "system"),
-    "train.mode": ("spade", "fixed_pool"),
+    "train.mode": ("spade", "fixed_pool", "adaptive"),
+    "train.pool_draw": ("with_replacement", "without_replacement"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
 }
 
@@ -720,6 +750,21 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError(
         f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"
         " (0: full fine-tuning)"
+  if config.train.mode == "adaptive" and not config.train.family:
+    raise ConfigError(
+        'config.train.mode="adaptive" needs config.train.family (a levelled'
+        ' family of spade.environments.levels, e.g. "rlve")'
+    )
+  d = config.difficulty
+  if d.tau_num < 1 or d.d_delta < 1 or d.max_level < d.min_level:
+    raise ConfigError(
+        f"config.difficulty: tau_num={d.tau_num} and d_delta={d.d_delta} must"
+        f" be >= 1 and max_level={d.max_level} >= min_level={d.min_level}"
+    )
+  if not 0.0 <= d.tau_acc <= 1.0:
+    raise ConfigError(
+        f"config.difficulty.tau_acc={d.tau_acc} must be in [0, 1]"
+    )
     )
 
 

@@ -1,10 +1,11 @@
 """Play: the iteration's environments and the agent's episodes on them.
 
 `environments` picks what the agent plays (new valid designs, archive
-replays, the fixed pool or seed programs); `play` runs K episodes without
-and, at regeneration, K with the hint per environment, all advancing
-together (`spade.agent.rollout`); episode k of either arm resets with the
-same seed.
+replays, the fixed pool or seed programs, or in adaptive mode a levelled
+family at each environment's level, `spade.selfplay.adaptive`); `play` runs
+K episodes without and, at regeneration, K with the hint per environment,
+all advancing together (`spade.agent.rollout`); episode k of either arm
+resets with the same seed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from spade import console
 from spade.agent import rollout
+from spade.selfplay import adaptive
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay.seeding import seed_for
@@ -95,6 +97,9 @@ def environments(
   """The environments the agent plays in iteration `it`; `pool()` returns
   the fixed pool (called only when needed)."""
   c = config
+  if c.train.mode == "adaptive":
+    envs, state.played_levels = adaptive.environments(c, state, it)
+    return envs
   out = [
       records.Environment(
           source=d.code,
@@ -124,7 +129,15 @@ def environments(
     programs = pool()
     rng = np.random.default_rng(seed_for(c.seed, it, "seeds"))
     count = c.designer.num_envs if c.train.mode == "fixed_pool" else fill
-    if programs:
+    if programs and (
+        c.train.mode == "fixed_pool"
+        and c.train.pool_draw == "without_replacement"
+    ):
+      by_name = {p.name: p for p in programs}
+      out.extend(
+          by_name[n] for n in state.draw_pool([p.name for p in programs], count)
+      )
+    elif programs:
       picks = rng.choice(
           len(programs), size=count, replace=len(programs) < count
       )
@@ -141,14 +154,15 @@ def play(
     hinted_arm: bool,
 ):
   """Plays `rollout.unhinted_plays` episodes without the hint per
-  environment and, when `hinted_arm`, `score.hint_episodes` with it;
-  returns (episodes, `rollout.RolloutStats`)."""
+  environment and, when `hinted_arm` (and `agent.play_hinted`, never in
+  adaptive mode), `score.hint_episodes` with it; returns (episodes,
+  `rollout.RolloutStats`)."""
   c = config
   unhinted = rollout.unhinted_plays(
       len(envs), c.agent.plays_per_iteration, c.agent.episodes_per_env
   )
   arms = [(False, unhinted)]
-  if hinted_arm:
+  if hinted_arm and c.agent.play_hinted and c.train.mode != "adaptive":
     arms.append((True, score_lib.hint_episodes(c)))
   specs = []
   for e, env in enumerate(envs):
