@@ -377,6 +377,7 @@ class Trainer:
         report.iteration_markdown(it + 1, rows, m, self._programs_folder(it)),
         title=f"SPADE run {self.workdir}",
     )
+    report.write_html(self.workdir)
 
 
 def _transcript(

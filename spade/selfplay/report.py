@@ -5,7 +5,8 @@ class name, valid or the reason it failed, the prompt example it nearly
 copies if it does; returns with and without the hint; regret; rows with
 signal) and appends the same, as markdown, to WORKDIR/summary.md. From the
 second iteration on, `plots(workdir)` draws WORKDIR/plots/validity.png,
-regret.png and returns.png from metrics.jsonl, and summary.md shows them.
+regret.png and returns.png from metrics.jsonl, and summary.md shows them;
+`write_html` renders the same as WORKDIR/summary.html for a browser.
 At the end of the run, `footer` says where the programs, transcripts,
 metrics and TensorBoard logs are and which commands read them.
 """
@@ -13,7 +14,9 @@ metrics and TensorBoard logs are and which commands read them.
 from __future__ import annotations
 
 import functools
+import html as html_lib
 import os
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -228,3 +231,62 @@ def footer(
         f" --workdir {workdir} --show-hint"
     )
   return "\n".join(lines)
+
+
+def _inline(text: str) -> str:
+  """`code` spans of one markdown line as HTML (the rest escaped)."""
+  parts = html_lib.escape(text).split("`")
+  return "".join(
+      f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)
+  )
+
+
+def write_html(workdir: str) -> str:
+  """WORKDIR/summary.html: summary.md as one page a browser opens (the
+  subset of markdown `write_summary` writes: headings, tables, images,
+  paragraphs); returns its path."""
+  with open(os.path.join(workdir, SUMMARY_FILE)) as f:
+    lines = f.read().splitlines()
+  body, table = [], []
+
+  def flush():
+    if table:
+      rows = [r for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
+      cells = [[c.strip() for c in r.strip("|").split(" | ")] for r in rows]
+      head = "".join(f"<th>{_inline(c)}</th>" for c in cells[0])
+      rest = "".join(
+          "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>"
+          for r in cells[1:]
+      )
+      body.append(f"<table><tr>{head}</tr>{rest}</table>")
+      table.clear()
+
+  for line in lines:
+    if line.startswith("|"):
+      table.append(line)
+      continue
+    flush()
+    if line.startswith("## "):
+      body.append(f"<h2>{_inline(line[3:])}</h2>")
+    elif line.startswith("# "):
+      body.append(f"<h1>{_inline(line[2:])}</h1>")
+    elif line.startswith("!["):
+      for alt, src in re.findall(r"!\[([^\]]*)\]\(([^)]*)\)", line):
+        body.append(
+            f'<img alt="{html_lib.escape(alt)}" src="{html_lib.escape(src)}">'
+        )
+    elif line.strip():
+      body.append(f"<p>{_inline(line)}</p>")
+  flush()
+  page = (
+      "<!doctype html><html><head><meta charset='utf-8'>"
+      "<title>SPADE run</title><style>body{font-family:sans-serif;"
+      "margin:2em}table{border-collapse:collapse;margin:1em 0}"
+      "td,th{border:1px solid #ccc;padding:2px 8px}</style></head><body>"
+      + "\n".join(body)
+      + "</body></html>\n"
+  )
+  path = os.path.join(workdir, "summary.html")
+  with open(path, "w") as f:
+    f.write(page)
+  return path

@@ -98,6 +98,11 @@ def test_lines_summary_md_and_plots(tmp_path):
   )  # fmt: skip
   with open(text) as f:
     assert f.read().count("## Iteration 2") == 1
+  with open(report.write_html(workdir)) as f:
+    page = f.read()
+  assert page.count("<img ") == 3 and 'src="plots/returns.png"' in page
+  assert page.count("<table>") == 3  # two iterations' returns, one designs
+  assert "<td><code>AEnv</code></td><td>valid</td>" in page
 
 
 def test_footer_names_the_files_and_commands():
