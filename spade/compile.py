@@ -191,7 +191,7 @@ def update_shapes(config, shards: int) -> dict[str, tuple[int, int]]:
   """
   c = config
   episodes = c.designer.num_envs * c.agent.episodes_per_env
-  if c.agent.get("train_on_hinted", True):
+  if c.agent.train_on_hinted:
     episodes *= 2
   agent_rows = c.compile.agent_rows or episodes * c.agent.max_turns
   agent_len = c.compile.agent_len or c.model.max_len
@@ -199,7 +199,7 @@ def update_shapes(config, shards: int) -> dict[str, tuple[int, int]]:
   designer_len = c.compile.designer_len or _length(
       c.designer.max_prompt_tokens + c.designer.max_new_tokens, c.model.max_len
   )
-  multiple = math.lcm(shards, c.optim.get("num_minibatches", 1))
+  multiple = math.lcm(shards, c.optim.num_minibatches)
   return {
       "agent": (_rows(agent_rows, multiple), agent_len),
       "designer": (_rows(designer_rows, multiple), designer_len),
@@ -299,7 +299,7 @@ def update_flops(config, shapes: dict[str, tuple[int, int]]) -> float:
       forward_flops(config.model, rows, length, "all")
       for rows, length in shapes.values()
   )
-  return passes * total * config.optim.get("epochs", 1)
+  return passes * total * config.optim.epochs
 
 
 # -- compiling ----------------------------------------------------------------

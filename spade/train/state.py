@@ -75,9 +75,9 @@ def make_optimizer(
     )
   adam = optax.adamw(
       learning_rate=c.learning_rate,
-      b1=c.get("b1", 0.9),
-      b2=c.get("b2", 0.999),
-      eps=c.get("eps", 1e-8),
+      b1=c.b1,
+      b2=c.b2,
+      eps=c.eps,
       weight_decay=c.weight_decay,
   )
   if c.grad_clip > 0:

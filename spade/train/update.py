@@ -66,8 +66,8 @@ _SFT_KEYS = ("tokens", "input_mask", "loss_mask", "weights")
 
 def lora_scale(optim_config: ml_collections.ConfigDict) -> float:
   """s = lora_alpha / lora_rank, the adapters' product's factor (0: off)."""
-  rank = optim_config.get("lora_rank", 0)
-  return optim_config.get("lora_alpha", 32.0) / rank if rank > 0 else 0.0
+  rank = optim_config.lora_rank
+  return optim_config.lora_alpha / rank if rank > 0 else 0.0
 
 
 def _rules(config: ml_collections.ConfigDict) -> tuple:
@@ -482,14 +482,14 @@ def make_update_step(
 
       loss, m = _microbatched(
           role_loss, batch[name], o.microbatch_rows,
-          o.get("microbatch_remat", True),
+          o.microbatch_remat,
       )  # fmt: skip
       total = total + role_weight[name] * loss
       metrics[f"train/{name}_loss"] = loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
     return total, metrics
 
-  epochs, num_minibatches = o.get("epochs", 1), o.get("num_minibatches", 1)
+  epochs, num_minibatches = o.epochs, o.num_minibatches
   if epochs < 1 or num_minibatches < 1:
     raise ValueError(
         f"config.optim.epochs={epochs} and num_minibatches={num_minibatches}"
@@ -556,7 +556,7 @@ def make_sft_step(
 
       loss, m = _microbatched(
           role_loss, batch[name], o.microbatch_rows,
-          o.get("microbatch_remat", True),
+          o.microbatch_remat,
       )  # fmt: skip
       total = total + role_weight[name] * loss
       metrics.update({f"train/{name}_{k}": v for k, v in m.items()})
