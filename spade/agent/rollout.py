@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import enum
 import functools
 import time
 from typing import Any, Callable, Protocol, Sequence
@@ -26,9 +27,15 @@ from spade.agent import episodes as episodes_lib
 from spade.agent import prompts as prompts_lib
 
 
-# A hinted episode whose hint is the environment's own `hint()` for the
-# episode's seed (asked right after reset) rather than a written one.
-ENV_HINT = "<env-hint>"
+class ProgramHint(enum.Enum):
+  """A hinted episode whose hint is the program's own `hint()` for the
+  episode's seed (asked right after reset) rather than a written one."""
+
+  ASK = "ask"
+
+
+# `EpisodeSpec.hint` of such an episode.
+ENV_HINT = ProgramHint.ASK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +45,7 @@ class EpisodeSpec:
   env_index: int
   source: str
   seed: int
-  hint: str | None
+  hint: str | ProgramHint | None  # None: the unhinted arm
   sample: int = 0
 
   @property
@@ -410,7 +417,7 @@ def run_episodes(
     start = time.perf_counter()
     results = executor.reset(
         [
-            (i, specs[i].source, specs[i].seed, specs[i].hint == ENV_HINT)
+            (i, specs[i].source, specs[i].seed, specs[i].hint is ENV_HINT)
             for i in ids
         ]
     )
@@ -422,7 +429,7 @@ def run_episodes(
       if res.get("ok"):
         ep.first_observation = res["obs"]
         ep.tools = bool(res.get("tools"))
-        ep.hint = res.get("hint") if ep.spec.hint == ENV_HINT else ep.spec.hint
+        ep.hint = res.get("hint") if ep.spec.hint is ENV_HINT else ep.spec.hint
       else:
         ep.fail(res)
 
