@@ -66,7 +66,7 @@ def step_action(reply: str, tools: bool = False, rule: str = "parse") -> str:
   Args:
     reply: the agent's decoded reply.
     tools: the environment is a tool-use one (`get_tools()` answered).
-    rule: "parse" (the reference's `parse_action`) or "raw" (ours before:
+    rule: "parse" (the reference's `parse_action`) or "raw" (ours:
       the reply as sampled).
 
   Returns:

@@ -10,7 +10,7 @@ Two prompt styles (`agent.prompt_style`):
                observation goes unwrapped (the reference passes its tools
                through the chat template; we append them as text and say how
                to call them in a system message, as Qwen's template does).
-  "system"     ours before the reference was matched: one system message
+  "system"     ours: one system message
                (AGENT_SYSTEM) covering games and tools, the observation as
                the first user turn, "\n\nHint: {hint}" after it.
 

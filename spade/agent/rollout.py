@@ -389,10 +389,10 @@ def run_episodes(
     action_rule: `config.agent.action`: "parse" (the reference) or "raw".
     unfinished_reply: `config.agent.unfinished_reply`: "end" (the
       reference: a reply whose last token is not in `stop_ids` ends the
-      episode without a step) or "step" (ours before). With no `stop_ids`
+      episode without a step) or "step" (ours). With no `stop_ids`
       (a sampler that cannot say) every reply counts as finished.
     full_context: `config.agent.full_context`: "end" (the reference) or
-      "drop_oldest" (ours before: `prompts.truncate_messages` drops the
+      "drop_oldest" (ours: `prompts.truncate_messages` drops the
       oldest exchanges and the episode goes on).
 
   Returns:

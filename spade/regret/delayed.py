@@ -20,7 +20,7 @@ the reference's `--spade-env-reward-variant`):
                       0, 1) + plateau_weight * plateau(window win rate);
                       r_nohint is the regeneration step's plays only
                       ("matched" timing, `recompute_delayed_env_rewards_blend`)
-                      or the whole window's ("window", ours before); the
+                      or the whole window's ("window", ours); the
                       plateau always takes the whole window.
   regret_based        max(0, r_hint - mean of the whole window), and
                       `timeout_penalty` (-0.5) for an environment whose

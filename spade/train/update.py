@@ -497,7 +497,7 @@ def make_update_step(
     )
   scale = lora_scale(o)
   if epochs * num_minibatches == 1:
-    # The single step as it always was (no scan, no gather): bit-identical.
+    # One accumulation step: no scan, no gather, bit-identical to a plain step.
     step = functools.partial(_step_with, loss_fn, optimizer, scale)
   else:
     step = functools.partial(
