@@ -360,6 +360,10 @@ def base_config() -> ConfigDict:
   c.train.keep_checkpoints = 3
   c.train.warm_start_steps = 0
   c.train.warm_start_batch = 4
+  # A folder of environment programs (*.py) the designer's warm start learns
+  # to write instead of the seed library's, from the design phase's own
+  # prompt; they teach the agent nothing (experiments/curriculum.py).
+  c.train.warm_start_dir = ""
   c.train.save_programs = True
   # With save_programs: every episode's turns (actions, rewards,
   # observations) in programs/iter_NNNNNN/episodes.jsonl.

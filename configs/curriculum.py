@@ -1,0 +1,115 @@
+"""The curriculum micro-world (docs/curriculum.md): one config per arm.
+
+The tiny byte-level model, warm-started to write the family's programs at
+every level (spade/environments/microworld.py; `train.warm_start_dir`),
+then trained through the real loop. Arms (experiments/curriculum.py runs
+them all, at equal agent episodes):
+
+  spade     the reference's designer reward (the blend) and loop
+  frozen    the same warm-started designer, untrained
+            (`optim.designer_loss_weight=0`: the paper's ablation)
+  uniform   a fixed pool uniform over the levels
+  adaptive  RLVE's sliding-window controller over the family's levels
+            (`train.mode="adaptive"`, when the loop has it)
+  hardest   a fixed pool of the top level only
+  regret    SPADE with pure hint regret as the designer reward
+  smoke     `spade` at one short iteration (tests build and step it)
+
+  python -m spade.main --config=configs/curriculum.py:spade --workdir=/tmp/c
+"""
+
+from spade import config as config_lib
+from spade.environments import microworld
+
+ARMS = ("spade", "frozen", "uniform", "adaptive", "hardest", "regret")
+
+
+def get_config(arg=None):
+  """Returns the config of arm `arg` (default "spade"; see ARMS, "smoke")."""
+  arm = arg or "spade"
+  if arm not in ARMS + ("smoke",):
+    raise ValueError(
+        f"configs/curriculum.py has no variant {arg!r}; one of"
+        f" {ARMS + ('smoke',)}"
+    )
+  c = config_lib.base_config()
+  c.num_iterations = 12
+  c.mesh.data = 1
+  c.model.max_len = 768  # a 64-token prompt and a ~620-byte program
+  c.train.mode = "spade"
+  c.train.checkpoint_every = 1000  # the final one only
+  c.train.save_episodes = False
+  # The designer learns the family's programs (every level, two tags per
+  # variant) before self-play; the agent learns nothing from them.
+  c.train.warm_start_dir = microworld.TRAIN_DIR
+  c.train.warm_start_steps = 80
+  c.train.warm_start_batch = 8
+  # Designs that fail validation are topped up from the uniform pool, so
+  # every arm plays designer.num_envs environments an iteration.
+  c.train.pool_dir = microworld.TRAIN_DIR
+  c.optim.learning_rate = 1e-3
+
+  # One prompt for every design: no document, one skill, a prompt budget
+  # shorter than the instructions (their identical tail is kept).
+  c.grounding.enabled = False
+  c.designer.prompt_family = "single_turn_game"
+  c.designer.skills = ("Mathematical Reasoning",)
+  c.designer.skills_per_regen = 1
+  c.designer.hint_source = "program"  # hinted plays call the program's hint()
+  c.designer.max_prompt_tokens = 64
+  c.designer.max_new_tokens = 720
+  c.designer.num_envs = 8
+  c.designer.samples_per_prompt = 8
+  c.designer.max_attempts = 2
+  # The designer's rewards each iteration: one iteration a window.
+  c.designer.regeneration_interval = 1
+  # Programs of a level differ in their tag only: only exact copies are
+  # duplicates.
+  c.memory.duplicate_threshold = 1.0
+
+  c.agent.max_turns = 1
+  # A reply cut at max_new_tokens is stepped as it is: a random byte model
+  # rarely ends a reply within 8 tokens, and the reference's rule (no step)
+  # would leave it almost no reward to learn from.
+  c.agent.unfinished_reply = "step"
+  c.agent.max_new_tokens = 8
+  c.agent.max_context = 256
+  c.agent.episodes_per_env = 8
+  c.agent.hint_episodes_per_env = 8
+  c.sandbox.num_sandboxes = 1
+  c.sandbox.preload = ()  # the programs import nothing
+  c.sandbox.warm_spare = False
+
+  if arm == "frozen":
+    c.optim.designer_loss_weight = 0.0
+  elif arm in ("uniform", "hardest"):
+    c.train.mode = "fixed_pool"
+    c.train.warm_start_steps = 0  # no designer to warm-start
+    c.train.pool_dir = (
+        microworld.TRAIN_DIR if arm == "uniform" else microworld.HARDEST_DIR
+    )
+  elif arm == "adaptive":
+    # RLVE's sliding window over the levels (spade.environments.difficulty,
+    # the RLVE baseline's controller): promote at 0.9 accuracy at the top
+    # level, window of 4; 32 plays a decision instead of the reference's
+    # 128, which at 64 plays an iteration over 3 variants would promote
+    # once in 6 iterations.
+    c.train.mode = "adaptive"
+    c.train.family = microworld.FAMILY
+    c.train.warm_start_steps = 0
+    c.difficulty.min_level = microworld.LEVELS[0]
+    c.difficulty.max_level = microworld.LEVELS[-1]
+    c.difficulty.tau_num = 32
+  elif arm == "regret":
+    c.regret.estimator = "hint"
+    c.regret.window_reward = "regret_based"
+  elif arm == "smoke":
+    c.num_iterations = 1
+    c.train.warm_start_steps = 2
+    c.designer.num_envs = 2
+    c.designer.samples_per_prompt = 2
+    c.designer.max_new_tokens = 32
+    c.designer.max_attempts = 1
+    c.agent.episodes_per_env = 2
+    c.agent.hint_episodes_per_env = 2
+  return c
