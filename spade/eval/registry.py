@@ -173,6 +173,7 @@ class SingleTurnSuite:
 # its suite runs.
 SUITES = {
     "reasoning_gym": "spade.eval.reasoning_gym_suite:ReasoningGymSuite",
+    "rg_hard": "spade.eval.rg_hard_suite:RGHardSuite",
     "humaneval": "spade.eval.humaneval_suite:HumanEvalSuite",
     "tool_use": "spade.eval.tool_use_suite:ToolUseSuite",
     "seed_heldout": "spade.eval.seed_heldout_suite:SeedHeldoutSuite",

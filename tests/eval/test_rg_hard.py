@@ -1,0 +1,387 @@
+"""The rg_hard suite: the reference's 100 A.3 hard tasks, wins and buckets.
+
+Known-correct answers (each task's own answer, or a solution built from the
+entry where the task has many: graph_color, propositional_logic, rubiks_cube,
+rush_hour) must all be wins and wrong ones all losses; the buckets must be
+the reference's lists; the CLI must end with the JSON summary.
+"""
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from spade.eval import registry
+from spade.eval import rg_hard_suite as rg_hard
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+# `RG_GOLDEN_GOOSE` of spade-rl/spade's spade/core/eval/gem_tasks.py
+# (commit 9b2b813), bucket by bucket in its order.
+REFERENCE_BUCKETS = {
+    "RG:Math": (
+        "complex_arithmetic intermediate_integration polynomial_equations"
+        " polynomial_multiplication simple_equations simple_integration"
+        " basic_arithmetic bitwise_arithmetic calendar_arithmetic chain_sum"
+        " count_bits decimal_arithmetic decimal_chain_sum dice"
+        " fraction_simplification gcd gsm_symbolic lcm leg_counting"
+        " number_format power_function prime_factorization products"
+        " time_intervals advanced_geometry simple_geometry course_schedule"
+        " family_relationships largest_island quantum_lock shortest_path"
+    ),
+    "RG:Algorithmic": (
+        "ab base_conversion binary_alternation binary_matrix caesar_cipher"
+        " count_primes cryptarithm game_of_life game_of_life_halting"
+        " graph_color group_anagrams isomorphic_strings jugs letter_counting"
+        " letter_jumble manipulate_matrix number_filtering number_sorting"
+        " palindrome_generation palindrome_partitioning pool_matrix"
+        " ransom_note rotate_matrix rotten_oranges sentence_reordering"
+        " spell_backward spiral_matrix string_insertion string_manipulation"
+        " string_splitting string_synthesis word_ladder"
+        " word_sequence_reversal word_sorting bf codeio"
+    ),
+    "RG:Cognition": (
+        "arc_1d arc_agi rearc color_cube_rotation figlet_font modulo_grid"
+        " needle_haystack number_sequence rectangle_count rubiks_cube"
+        " countdown emoji_mystery futoshiki knight_swap mahjong_puzzle maze"
+        " mini_sudoku n_queens puzzle24 rush_hour sokoban sudoku"
+        " tower_of_hanoi tsumego"
+    ),
+    "RG:Logic": (
+        "acre list_functions aiw circuit_logic knights_knaves"
+        " propositional_logic self_reference syllogism zebra_puzzles"
+    ),
+}
+
+
+def test_buckets_are_the_reference_lists():
+  assert {b: len(t) for b, t in rg_hard.BUCKETS.items()} == {
+      "RG:Math": 31,
+      "RG:Algorithmic": 36,
+      "RG:Cognition": 24,
+      "RG:Logic": 9,
+  }
+  assert {b: " ".join(t) for b, t in rg_hard.BUCKETS.items()} == (
+      REFERENCE_BUCKETS
+  )
+  every = [t for tasks in rg_hard.BUCKETS.values() for t in tasks]
+  assert sorted(every) == sorted(rg_hard.HARD_CONFIGS)
+  assert rg_hard.bucket_of("quantum_lock") == "RG:Math"
+  with pytest.raises(KeyError, match="not one of the 100"):
+    rg_hard.bucket_of("chain_sum_easy")
+
+
+def test_configs_are_the_a3_hard_column():
+  configs = rg_hard.HARD_CONFIGS
+  assert len(configs) == 100
+  # Spot values of spade/core/eval/rg_a3_hard.py.
+  assert configs["graph_color"] == {
+      "max_num_vertices": 20,
+      "min_num_vertices": 10,
+      "num_colors": 4,
+  }
+  assert configs["rubiks_cube"]["cube_size"] == 5
+  assert configs["acre"] == {} and configs["gsm_symbolic"] == {}
+  assert configs["syllogism"]["allow_some"] is False
+
+
+def _solve_rubiks(scramble: str) -> str:
+  """The scramble undone, in moves the task's `expand_moves` keeps.
+
+  It drops moves that start with a layer digit, so "1Lw" (the outer layer
+  alone) is written "L" and "2L" (the second layer alone) "Lw L'".
+  """
+  out = []
+  for move in reversed(scramble.split()):
+    layer, face, wide, prime = re.fullmatch(
+        r"(\d?)([LRDUBF])(w?)(')?", move
+    ).groups()
+    undo, redo = ("", "'") if prime else ("'", "")
+    if layer == "1" and wide:
+      out.append(face + undo)
+    elif layer == "2" and not wide:
+      out += [face + "w" + undo, face + redo]
+    else:
+      out.append(face + wide + undo)
+  return " ".join(out)
+
+
+def _solve_rush_hour(board: str) -> str:
+  """A breadth-first solution of a 6x6 board string, one step per move."""
+  cells = collections.defaultdict(list)
+  for i, label in enumerate(board):
+    if label not in "ox":
+      cells[label].append(i)
+  walls = {i for i, label in enumerate(board) if label == "x"}
+  # The game's Board names piece i chr(65 + i), labels sorted; piece 0 is the
+  # red car, home when its left cell is (row 2, column 4).
+  pieces = [(len(c), c[1] - c[0]) for _, c in sorted(cells.items())]
+  start = tuple(c[0] for _, c in sorted(cells.items()))
+  parent = {start: None}
+  queue = collections.deque([start])
+  while queue:
+    state = queue.popleft()
+    if state[0] == 2 * 6 + 4:
+      moves = []
+      while parent[state] is not None:
+        state, move = parent[state]
+        moves.append(move)
+      return " ".join(reversed(moves))
+    taken = set(walls)
+    for pos, (size, stride) in zip(state, pieces):
+      taken.update(pos + k * stride for k in range(size))
+    for i, (pos, (size, stride)) in enumerate(zip(state, pieces)):
+      for step in (-1, 1):
+        cell = pos - stride if step < 0 else pos + size * stride
+        same_row = stride == 6 or cell // 6 == pos // 6
+        if not (0 <= cell < 36 and same_row) or cell in taken:
+          continue
+        nxt = state[:i] + (pos + step * stride,) + state[i + 1 :]
+        if nxt not in parent:
+          parent[nxt] = (state, f"{chr(65 + i)}{'+' if step > 0 else '-'}1")
+          queue.append(nxt)
+  raise AssertionError(f"rush hour board {board} has no solution")
+
+
+def _known_answer(item: rg_hard.HardItem) -> str:
+  meta = item.entry["metadata"]
+  if item.task == "graph_color":
+    return json.dumps(meta["possible_answer"])
+  if item.task == "propositional_logic":
+    return meta["example_answer"]
+  if item.task == "rubiks_cube":
+    return _solve_rubiks(meta["scramble_moves"])
+  if item.task == "rush_hour":
+    return _solve_rush_hour(meta["board_config"])
+  return item.entry["answer"]
+
+
+@pytest.fixture(scope="module")
+def suite_items():
+  """The suite and one item of each of the 100 tasks (builds every task)."""
+  suite = registry.build_suite("rg_hard", None)
+  items = suite.items(1)
+  assert [i.task for i in items] == list(rg_hard.HARD_CONFIGS)
+  return suite, items
+
+
+def _run(suite, items, reply_fn, scripted, monkeypatch):
+  monkeypatch.setattr(suite, "items", lambda n: items)
+  by_question = {i.entry["question"]: i for i in items}
+
+  def reply(messages):
+    (turn,) = messages
+    assert turn["role"] == "user"
+    question = turn["content"][
+        len(rg_hard.PROMPT_HEAD) : -len(
+            rg_hard.OBSERVATION_SUFFIX + rg_hard.PROMPT_TAIL
+        )
+    ]
+    return reply_fn(by_question[question])
+
+  return suite.run(scripted(reply), num_examples=1, log=lambda line: None)
+
+
+def test_known_correct_answers_are_wins(suite_items, scripted, monkeypatch):
+  suite, items = suite_items
+  result = _run(
+      suite,
+      items,
+      lambda item: f"Step by step...\n<ANSWER> {_known_answer(item)} </Answer>",
+      scripted,
+      monkeypatch,
+  )
+  summary = result.summary()
+  lost = [i.item_id for i in result.items if i.score != 1.0]
+  assert not lost and not summary["errors"], (lost, summary["errors"])
+  assert summary["score"] == 1.0 and summary["num_examples"] == 100
+  assert summary["buckets"] == dict.fromkeys(rg_hard.BUCKETS, 1.0)
+  assert summary["bucket_episodes"] == {
+      "RG:Math": 31,
+      "RG:Algorithmic": 36,
+      "RG:Cognition": 24,
+      "RG:Logic": 9,
+  }
+  assert len(summary["by_group"]) == 100
+
+
+@pytest.mark.parametrize("reply", ["<answer></answer>", "I don't know."])
+def test_wrong_answers_are_losses(reply, suite_items, scripted, monkeypatch):
+  suite, items = suite_items
+  result = _run(suite, items, lambda item: reply, scripted, monkeypatch)
+  summary = result.summary()
+  won = [i.item_id for i in result.items if i.score]
+  assert not won and not summary["errors"], (won, summary["errors"])
+  assert summary["num_examples"] == 100
+  assert summary["buckets"] == dict.fromkeys(rg_hard.BUCKETS, 0.0)
+
+
+def test_verifier_quirks_are_kept_as_the_reference_meets_them(
+    suite_items, scripted, monkeypatch
+):
+  """The tasks' own verifiers decide, oddities included (reasoning-gym 0.1.25).
+
+  game_of_life_halting compares bool(answer) with bool("True"/"False"), so
+  any non-empty answer wins; prime_factorization raises on a non-number,
+  an error as in the reference; a legal but unfinished rush-hour line earns
+  0.01, a loss.
+  """
+  suite, items = suite_items
+  result = _run(
+      suite,
+      items,
+      lambda item: "<answer>no idea</answer>",
+      scripted,
+      monkeypatch,
+  )
+  summary = result.summary()
+  assert [i.item_id for i in result.items if i.score] == [
+      "game_of_life_halting/0"
+  ]
+  assert [e["id"] for e in summary["errors"]] == ["prime_factorization/0"]
+  assert summary["num_examples"] == 99
+  assert summary["buckets"]["RG:Algorithmic"] == pytest.approx(1 / 36)
+  assert summary["bucket_episodes"]["RG:Math"] == 30
+  (rush,) = [i for i in items if i.task == "rush_hour"]
+  scored = suite.score_one(rush, "<answer>A-1</answer>")
+  assert scored.score == 0.0 and "reward=0.010" in scored.detail
+
+
+def test_answer_extraction_is_the_references():
+  extract = rg_hard.extract_answer
+  assert extract("<answer>1</answer> then <Answer>\n 2 \n</ANSWER>") == "2"
+  assert extract("so \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"
+  assert extract("<answer>3</answer> \\boxed{4}") == "3"
+  # GEM's boxed rule: an unclosed last box is no answer, nothing is stripped.
+  assert extract("\\boxed{5} and \\boxed{6") is None
+  assert extract("\\boxed{ 7 }") == " 7 "
+  assert extract("The answer is 8.") is None
+  assert rg_hard.is_win(1.0) and not rg_hard.is_win(0.999)
+
+
+def test_buckets_pool_episodes_not_tasks():
+  def item(task, score):
+    return registry.ItemResult(f"{task}/0", score, "", "", task)
+
+  # gcd: 2 of 2, lcm: 0 of 1 -> Math pools to 2/3 (a mean of tasks: 1/2).
+  items = [item("gcd", 1.0), item("gcd", 1.0), item("lcm", 0.0)]
+  rates, sizes = rg_hard.bucket_win_rates(items)
+  assert rates == {
+      "RG:Math": pytest.approx(2 / 3),
+      "RG:Algorithmic": None,
+      "RG:Cognition": None,
+      "RG:Logic": None,
+  }
+  assert sizes == {
+      "RG:Math": 3,
+      "RG:Algorithmic": 0,
+      "RG:Cognition": 0,
+      "RG:Logic": 0,
+  }
+
+
+def test_a_raising_verifier_is_an_error_outside_the_rates(
+    suite_items, scripted, monkeypatch
+):
+  suite, items = suite_items
+
+  class Raising:
+
+    def score_answer(self, answer, entry):
+      raise ValueError("bad entry")
+
+  broken = rg_hard.HardItem("gcd", 0, items[0].entry, Raising())
+  (good,) = [i for i in items if i.task == "lcm"]
+  monkeypatch.setattr(suite, "items", lambda n: [broken, good])
+  result = suite.run(
+      scripted(lambda m: f"<answer>{good.entry['answer']}</answer>"),
+      num_examples=1,
+      log=lambda line: None,
+  )
+  summary = result.summary()
+  assert summary["errors"] == [
+      {"id": "gcd/0", "error": "ValueError: bad entry"}
+  ]
+  assert summary["num_examples"] == 1 and summary["score"] == 1.0
+  assert summary["buckets"]["RG:Math"] == 1.0
+  assert summary["bucket_episodes"]["RG:Math"] == 1
+
+
+def test_prompts_over_the_budget_are_losses_not_posed(suite_items, scripted):
+  suite, items = suite_items
+  (short,) = [i for i in items if i.task == "gcd"]
+  (long,) = [i for i in items if i.task == "spiral_matrix"]
+
+  class Budgeted(scripted):
+    max_prompt_tokens = 2000
+
+    def render(self, messages):
+      return list(messages[0]["content"].encode())
+
+  responder = Budgeted(lambda m: f"<answer>{short.entry['answer']}</answer>")
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(suite, "items", lambda n: [long, short])
+    result = suite.run(responder, num_examples=1, log=lambda line: None)
+  summary = result.summary()
+  assert responder.calls == [1]
+  assert summary["not_posed"] == 1 and summary["num_examples"] == 2
+  assert summary["by_group"] == {"gcd": 1.0, "spiral_matrix": 0.0}
+
+
+def test_prompt_is_the_references_rg_prompt(suite_items):
+  suite, items = suite_items
+  (turn,) = suite.prompt(items[0])
+  assert turn["content"].startswith(
+      "Given a problem, your task is to answer the question by thinking"
+      " step-by-step in a clear and specific manner.\nProblem: "
+      + items[0].entry["question"]
+      + "\n\nPut your final answer within \\boxed{}.\n"
+  )
+  assert "<answer>answer here</answer>" in turn["content"]
+  with pytest.raises(registry.EvalError, match="examples per task"):
+    suite.run(None, num_examples=0)
+
+
+@pytest.mark.slow
+def test_cli_rg_hard(tmp_path):
+  workdir = str(tmp_path / "w")
+  env = dict(os.environ, XLA_FLAGS="")
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "spade.eval",
+          "--config=configs/tiny.py",
+          f"--workdir={workdir}",
+          "--suite=rg_hard",
+          "--num_examples=1",
+      ],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=900,
+      check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.strip().splitlines()
+  summary = json.loads(lines[-1])
+  assert summary["suite"] == "rg_hard"
+  assert summary["num_examples"] + len(summary["errors"]) == 100
+  assert summary["examples_per_task"] == 1
+  assert 0.0 <= summary["score"] <= 1.0
+  assert list(summary["buckets"]) == [
+      "RG:Math",
+      "RG:Algorithmic",
+      "RG:Cognition",
+      "RG:Logic",
+  ]
+  assert sum(summary["bucket_episodes"].values()) == summary["num_examples"]
+  # The tiny model's 768-token budget holds only the shorter tasks.
+  assert 0 < summary["not_posed"] < summary["num_examples"]
+  with open(os.path.join(workdir, "eval", "rg_hard.jsonl")) as f:
+    assert sum(1 for _ in f) == summary["num_examples"]
