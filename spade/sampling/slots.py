@@ -518,6 +518,7 @@ class Server:
     self.requests_carried = 0
     self.generate_calls = 0
     self.seconds = 0.0
+    self.prefill_seconds = 0.0  # of `seconds`, in prefill-insert calls
 
   @property
   def padding_ratio(self) -> float:
@@ -693,9 +694,11 @@ class Server:
         ),
     )
     _, _, prefill, _ = eng._programs
+    t0 = time.perf_counter()
     self.state, out = eng._call(prefill, self.params, self.state, host_rows,
                                 reqs)  # fmt: skip
     tok, logp, live, hit = jax.device_get(out)
+    self.prefill_seconds += time.perf_counter() - t0
     self.prefill_calls += 1
     self.prefill_columns += k * width
     self.decode_row_steps += k  # the first tokens' draw

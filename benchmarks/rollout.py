@@ -1,0 +1,298 @@
+r"""The same multi-turn workload played lock-step and through the slot engine.
+
+  python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=16]
+
+The tiny model (configs/tiny.py's, random weights, float32, CPU), sampled
+at temperature 1 with no stop ids: every reply ends at its scripted length
+(a per-request limit), so both ways generate exactly the same number of
+tokens and only the decode row-steps and the time differ.
+
+* Lock-step (today's rollout): the episodes are split into groups of at most
+  `--slots` (the rollout's two overlapped groups); each turn, one
+  `Sampler` call per group holds its live episodes (padded to a power of
+  two) and decodes until the group's longest reply ends. Each episode's KV
+  cache is carried to its next turn (`Carry`, as `agent.carry_cache` does),
+  and identical first prompts are prefilled once.
+* Slots: one `spade.sampling.slots.Engine` of `--slots` decode slots; an
+  episode's next turn is queued the moment its reply ends and continues
+  its slot's cache.
+
+Workloads (reply lengths, in tokens):
+
+* `replay`: no `episodes.jsonl` of a real run is in the repository (none
+  under runs/ or benchmarks/), so the lengths are SYNTHESISED from the 0.5B
+  agent curve as README.md records it: 3 games x 4 episodes x 2 arms = 24
+  episodes an iteration, two groups of 12, replies of up to 192 tokens;
+  about a third end in a `\boxed{}` answer (here: uniform in [40, 191]),
+  the rest are cut off at 192, or, on higher/lower's later turns, are bare
+  numbers (2-6 tokens); higher/lower plays up to 4 turns (ending after
+  each with probability 1/4), the other two games one. 3,600-5,400 new
+  tokens an iteration were measured; this draws about 5,000. Four
+  iterations, each its own rollout.
+* `synthetic`: shaped like the reference's games recipe (long-tailed
+  reasoning replies up to a cap, up to 25 turns): 32 episodes (8
+  environments x 4, each environment's episodes sharing a first prompt),
+  each ending after a geometric number of turns (mean 10, at most 25),
+  replies lognormal (median 12, sigma 1.2) capped at 96 tokens, 8-token
+  observations.
+
+Both ways run the workload once to compile (not timed), then once timed.
+A line every ~10 s shows progress; the last line is key=value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # pylint: disable=g-import-not-at-top
+import numpy as np
+
+from configs import tiny
+from spade.model import transformer
+from spade.sampling import sampler as sampler_lib
+from spade.sampling import shapes
+from spade.sampling import slots as slots_lib
+
+PAD = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+  """A scripted episode: first prompt, then per turn a reply length and the
+  observation that follows it."""
+
+  key: int
+  prompt: tuple[int, ...]
+  replies: tuple[int, ...]
+  observations: tuple[tuple[int, ...], ...]
+
+
+def replay_workload(seed: int) -> tuple[list[list[Episode]], int]:
+  """Iterations of episodes (see the module docstring) and the reply cap."""
+  rng = np.random.default_rng(seed)
+  cap, iterations = 192, []
+  for it in range(4):
+    episodes = []
+    for game in range(3):
+      prompt = tuple(rng.integers(0, 256, 128).tolist())
+      for _ in range(8):  # 4 episodes x 2 arms
+        replies = []
+        while True:
+          later = game == 0 and replies
+          u = rng.random()
+          if later and u < 0.5:
+            replies.append(int(rng.integers(2, 7)))  # a bare number
+          elif u < (0.5 + 1 / 6 if later else 1 / 3):
+            replies.append(int(rng.integers(40, cap)))  # a boxed answer
+          else:
+            replies.append(cap)  # cut off in its reasoning
+          if game != 0 or len(replies) == 4 or rng.random() < 0.25:
+            break
+        obs = tuple(tuple(rng.integers(0, 256, 24).tolist()) for _ in replies)
+        episodes.append(
+            Episode(1000 * it + len(episodes), prompt, tuple(replies), obs)
+        )
+    iterations.append(episodes)
+  return iterations, cap
+
+
+def synthetic_workload(
+    seed: int, max_len: int = 1024
+) -> tuple[list[list[Episode]], int]:
+  """One iteration of long-tailed episodes (see the module docstring)."""
+  rng = np.random.default_rng(seed)
+  cap, episodes = 96, []
+  for _ in range(8):
+    prompt = tuple(rng.integers(0, 256, 48).tolist())
+    for _ in range(4):
+      turns = min(25, int(rng.geometric(0.1)))
+      drawn = np.minimum(
+          np.ceil(rng.lognormal(np.log(12), 1.2, turns)), cap
+      ).astype(int)
+      # The context holds the whole history: an episode that would outgrow
+      # the model's 1024 tokens ends there (truncated, as the loop does).
+      replies, used = [], len(prompt)
+      for r in drawn.tolist():
+        if used + r > max_len:
+          break
+        replies.append(r)
+        used += r + 8
+      obs = tuple(tuple(rng.integers(0, 256, 8).tolist()) for _ in replies)
+      episodes.append(Episode(len(episodes), prompt, tuple(replies), obs))
+  return [episodes], cap
+
+
+class Progress:
+  """Prints a line at most every `every` seconds."""
+
+  def __init__(self, label: str, every: float = 10.0):
+    self.label, self.every = label, every
+    self.start = self.last = time.perf_counter()
+
+  def __call__(self, message: str) -> None:
+    now = time.perf_counter()
+    if now - self.last >= self.every:
+      self.last = now
+      print(f"  [{self.label} {now - self.start:.0f}s] {message}",
+            file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _key(seed: int, episode: int, turn: int):
+  return jax.random.fold_in(
+      jax.random.fold_in(jax.random.key(seed), episode), turn
+  )
+
+
+def play_lockstep(sampler, params, iterations, cap, slots, progress):
+  """(seconds, decode row-steps, tokens generated) playing lock-step."""
+  seconds, row_steps, tokens = 0.0, 0, 0
+  for episodes in iterations:
+    n_groups = max(2, -(-len(episodes) // slots))
+    groups = [episodes[g::n_groups] for g in range(n_groups)]
+    history = {e.key: list(e.prompt) for e in episodes}
+    kept = {}  # group -> (output, {episode key: its row})
+    for turn in range(max(len(e.replies) for e in episodes)):
+      for g, group in enumerate(groups):
+        live = [e for e in group if turn < len(e.replies)]
+        if not live:
+          continue
+        rows = shapes.bucket(len(live))
+        todo = live + [live[-1]] * (rows - len(live))
+        limits = np.array(
+            [e.replies[turn] for e in live] + [0] * (rows - len(live)),
+            np.int32,
+        )
+        carry, prompts = None, [history[e.key] for e in todo]
+        if g in kept:
+          out, where = kept[g]
+          from_rows = np.array([where[e.key] for e in todo], np.int32)
+          held = [len(out.slots[r]) for r in from_rows]
+          width = shapes.bucket(max(held))
+          table = np.full((rows, width), -1, np.int32)
+          for i, r in enumerate(from_rows):
+            table[i, : held[i]] = out.slots[r]
+          carry = sampler_lib.Carry(out.cache, from_rows, table)
+          prompts = [history[e.key][h:] for e, h in zip(todo, held)]
+        t0 = time.perf_counter()
+        out = sampler(
+            params, prompts, max_new_tokens=cap, rng=_key(7, g, turn),
+            temperature=1.0, row_max_new_tokens=limits, carry=carry,
+            keep_cache=True,
+        )  # fmt: skip
+        seconds += time.perf_counter() - t0
+        row_steps += slots_lib.lockstep_row_steps(out)
+        tokens += int(out.lengths.sum())
+        kept[g] = (out, {e.key: i for i, e in enumerate(live)})
+        for i, e in enumerate(live):
+          assert out.lengths[i] == e.replies[turn]
+          history[e.key] += out.tokens[i, : out.lengths[i]].tolist()
+          history[e.key] += list(e.observations[turn])
+        progress(f"turn {turn + 1}, {tokens} tokens, {row_steps} row-steps")
+  return seconds, row_steps, tokens
+
+
+def play_slots(engine, params, iterations, progress):
+  """(seconds, decode row-steps, tokens generated, server of the last
+  iteration) playing through the slot engine."""
+  seconds, row_steps, tokens, carried = 0.0, 0, 0, 0
+  for episodes in iterations:
+    server = engine.start(params)
+    by_key = {e.key: e for e in episodes}
+    turn = {e.key: 0 for e in episodes}
+
+    def request(e, prompt):
+      return slots_lib.Request(
+          e.key, prompt, e.replies[turn[e.key]], _key(9, e.key, turn[e.key])
+      )
+
+    def next_turn(res, server=server, by_key=by_key, turn=turn):
+      e = by_key[res.request.key]
+      assert len(res.tokens) == e.replies[turn[e.key]]
+      obs = e.observations[turn[e.key]]
+      turn[e.key] += 1
+      if turn[e.key] < len(e.replies):
+        prompt = list(res.request.prompt) + res.tokens.tolist() + list(obs)
+        server.submit(request(e, prompt))
+      progress(
+          f"{server.tokens_generated} tokens, {server.decode_row_steps}"
+          f" row-steps, {server.live} live, {len(server.queue)} queued"
+      )
+
+    t0 = time.perf_counter()
+    server.run([request(e, list(e.prompt)) for e in episodes], next_turn)
+    seconds += time.perf_counter() - t0
+    row_steps += server.decode_row_steps
+    tokens += server.tokens_generated
+    carried += server.requests_carried
+    print(
+        f"  slots: prefill-insert {server.prefill_seconds:.2f}s of"
+        f" {server.seconds:.2f}s ({server.prefill_calls} calls,"
+        f" {server.generate_calls} generate calls)",
+        file=sys.stderr,
+        flush=True,
+    )
+  return seconds, row_steps, tokens, carried
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--workloads", default="replay,synthetic")
+  parser.add_argument("--slots", type=int, default=16)
+  parser.add_argument("--decode_steps", type=int, default=16)
+  parser.add_argument("--prefill_chunk", type=int, default=64)
+  parser.add_argument("--prefill_rows", type=int, default=4)
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args()
+  cfg = tiny.get_config().model
+  params = transformer.init_params(cfg, jax.random.key(0))
+  fns = transformer.sampling_fns(cfg, transformer.Role.AGENT)
+  sampler = sampler_lib.Sampler(*fns, pad_id=PAD)
+  engine = slots_lib.Engine(
+      *fns, pad_id=PAD, slots=args.slots, cache_length=cfg.max_len,
+      prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
+      decode_steps=args.decode_steps, temperature=1.0,
+  )  # fmt: skip
+  make = dict(replay=replay_workload, synthetic=synthetic_workload)
+  figures = []
+  for name in args.workloads.split(","):
+    iterations, cap = make[name](args.seed)
+    n = sum(len(it) for it in iterations)
+    turns = sum(len(e.replies) for it in iterations for e in it)
+    print(f"{name}: {n} episodes, {turns} turns, replies up to {cap} tokens",
+          file=sys.stderr, flush=True)  # fmt: skip
+    for timed in (False, True):  # the first pass compiles
+      tag = "timed" if timed else "compile"
+      lock = play_lockstep(
+          sampler, params, iterations, cap, args.slots,
+          Progress(f"{name} lock-step {tag}"),
+      )  # fmt: skip
+      slot = play_slots(
+          engine, params, iterations, Progress(f"{name} slots {tag}")
+      )
+    assert lock[2] == slot[2], (lock[2], slot[2])
+    print(
+        f"{name}: lock-step {lock[0]:.1f}s {lock[1]} row-steps; slots"
+        f" {slot[0]:.1f}s {slot[1]} row-steps; {lock[2]} tokens;"
+        f" {slot[3]} turns continued their slot's cache",
+        file=sys.stderr,
+        flush=True,
+    )
+    figures += [
+        f"{name}_lockstep_padding_ratio={lock[1] / lock[2]:.3f}",
+        f"{name}_slots_padding_ratio={slot[1] / slot[2]:.3f}",
+        f"{name}_lockstep_s={lock[0]:.2f}",
+        f"{name}_slots_s={slot[0]:.2f}",
+        f"{name}_speedup={lock[0] / slot[0]:.2f}",
+    ]
+  assert engine.traces["generate"] == 1, engine.traces
+  print(" ".join(figures))
+
+
+if __name__ == "__main__":
+  main()
