@@ -1,0 +1,362 @@
+r"""SPADE's curriculum against the paper's baselines on the micro-world.
+
+  python experiments/curriculum.py                      # the whole experiment
+  python experiments/curriculum.py --arms=spade,uniform --seeds=1 \
+      --iterations=4                                    # a reduced one
+
+The family is spade/environments/microworld.py (docs/curriculum.md): reply
+with L digits, L in 1..6 set by the program's `DIGITS = L` line. For each
+seed the tiny byte-level model is warm-started once (`Engine.warm_start` on
+`train.warm_start_dir`: the designer learns to write the family's programs
+at every level), and every arm starts from those weights and runs
+`spade.selfplay.loop.Trainer` with its `configs/curriculum.py` variant (the
+gVisor sandbox, the scorer, the update, memory):
+
+  spade, frozen, uniform, adaptive, hardest, regret    (configs/curriculum.py)
+
+Every arm plays `designer.num_envs x agent.episodes_per_env` unhinted
+episodes an iteration for the same iterations (designs that fail validation
+are topped up from the uniform pool), so the agent's training compute is
+equal; its sampled agent tokens are counted and reported with each arm's
+other compute (designer tokens, hinted-play tokens, designer update rows).
+After every iteration the agent plays the held-out programs
+(spade/environments/pools/microworld/heldout/, never in a warm start, a pool
+or memory) without the hint: the held-out return per level, their mean and
+the frontier (the highest level won at least half the time) per iteration;
+the final iteration's mean is the arm's score.
+
+Ends with one line `spade=... frozen=... uniform=... adaptive=...
+hardest=... regret=... spread=...` (each arm's mean held-out return over
+seeds; spread: the largest std over seeds of any arm; an arm that could not
+run is `nan`) and writes plots and results.json to the folder it prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The arms compile the same programs: later compilations are loads.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), "spade-curriculum-jax"),
+)
+
+import jax  # pylint: disable=g-import-not-at-top
+import numpy as np  # pylint: disable=g-import-not-at-top
+
+from configs import curriculum as curriculum_config  # pylint: disable=g-import-not-at-top
+from spade import console  # pylint: disable=g-import-not-at-top
+from spade.environments import microworld  # pylint: disable=g-import-not-at-top
+from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
+from spade.selfplay import play as play_lib  # pylint: disable=g-import-not-at-top
+from spade.selfplay import records  # pylint: disable=g-import-not-at-top
+from spade.train import state as state_lib  # pylint: disable=g-import-not-at-top
+
+ARMS = curriculum_config.ARMS
+EVAL_EPISODES = 8  # per held-out program (3 a level) and evaluation
+
+
+def heldout_envs() -> list[records.Environment]:
+  """The held-out programs, one `Environment` each, ordered by level."""
+  out = []
+  for name in sorted(os.listdir(microworld.HELDOUT_DIR)):
+    if name.endswith(".py"):
+      with open(os.path.join(microworld.HELDOUT_DIR, name)) as f:
+        out.append(records.Environment(f.read(), "pool", None, name=name))
+  return sorted(out, key=lambda e: microworld.level_of(e.source))
+
+
+def evaluate(trainer, envs, it: int, episodes: int = EVAL_EPISODES) -> dict:
+  """The agent's unhinted held-out return per level (the loop's rollout)."""
+  c = copy.deepcopy(trainer.config)
+  c.agent.episodes_per_env = episodes
+  c.agent.plays_per_iteration = 0
+  eps, _ = play_lib.play(
+      c, trainer.engine, trainer.envs, 100_000 + it, envs, hinted_arm=False
+  )
+  by_level = collections.defaultdict(list)
+  for ep in eps:
+    level = microworld.level_of(envs[ep.env_index].source)
+    by_level[level].append(ep.episode_return(c.agent.return_rule))
+  per_level = {lv: float(np.mean(v)) for lv, v in sorted(by_level.items())}
+  won = [lv for lv, r in per_level.items() if r >= 0.5]
+  return {
+      "per_level": per_level,
+      "mean": float(np.mean(list(per_level.values()))),
+      "frontier": max(won) if won else 0,
+  }
+
+
+class _Counting:
+  """Wraps `play.play` to count each iteration's agent episodes and tokens
+  by arm (hinted or not); the loop itself is unchanged."""
+
+  def __init__(self):
+    self.rows = []
+    self._play = play_lib.play
+
+  def __enter__(self):
+    def counted(*args, **kwargs):
+      episodes, stats = self._play(*args, **kwargs)
+      row = collections.Counter()
+      for ep in episodes:
+        arm = "hinted" if ep.hinted else "unhinted"
+        row[f"{arm}_episodes"] += 1
+        row[f"{arm}_tokens"] += sum(len(t.completion_ids) for t in ep.turns)
+      self.rows.append(dict(row))
+      return episodes, stats
+
+    play_lib.play = counted
+    return self
+
+  def __exit__(self, *exc):
+    play_lib.play = self._play
+
+
+class CurriculumTrainer(loop.Trainer):
+  """The loop's Trainer, plus a held-out evaluation after each iteration
+  and the designs' levels (measurement only: it trains nothing)."""
+
+  def __init__(self, config, workdir, heldout, warm_params=None):
+    super().__init__(config, workdir)
+    if warm_params is not None:
+      e = self.engine
+      e.state = state_lib.create_state(
+          warm_params,
+          e.optimizer,
+          rng=jax.random.fold_in(jax.random.PRNGKey(config.seed), 1),
+          mesh=e.mesh,
+          rules=e.rules,
+      )
+    self.heldout = heldout
+    self.trace = []
+
+  def iteration(self, it):
+    m = super().iteration(it)
+    levels = [microworld.level_of(d.code) for d in self.designed if d.valid]
+    ev = evaluate(self, self.heldout, it)
+    self.trace.append(
+        {
+            "iteration": it + 1,
+            "design_levels": [lv for lv in levels if lv is not None],
+            "designs": len(self.designed),
+            "designer_tokens": sum(
+                len(d.completion_ids) for d in self.designed
+            ),
+            "designer_rows": m.get("update/designer_rows", 0.0),
+            "heldout": ev,
+            "return_nohint": m.get("agent/return_nohint"),
+            "return_hint": m.get("agent/return_hint"),
+            "regret": m.get("regret/mean"),
+            "designer_reward": m.get("designer/reward_mean", 0.0),
+            "seconds": m.get("time/iteration_s"),
+        }
+    )
+    console.say(
+        "  iter %d: designs at levels %s, held-out %s (mean %.2f, frontier %d)",
+        it + 1,
+        sorted(levels),
+        " ".join(f"{r:.2f}" for r in ev["per_level"].values()),
+        ev["mean"],
+        ev["frontier"],
+    )
+    return m
+
+
+def warm_params(seed: int, steps: int, workdir: str, lr: float):
+  """The designer's warm start (the engine's, on the family's programs),
+  once per seed; every arm of the seed starts from these weights."""
+  c = curriculum_config.get_config("spade")
+  c.seed = seed
+  c.optim.learning_rate = lr
+  t = loop.Trainer(c, workdir)
+  t.engine.warm_start(t.seeds, steps)
+  params = jax.device_get(t.engine.state.params)
+  t.envs.close()
+  return params
+
+
+def run_arm(arm, seed, iterations, workdir, params, heldout, overrides=()):
+  """Trains one arm from `params`; returns its trace and compute."""
+  c = curriculum_config.get_config(arm)
+  c.seed = seed
+  c.num_iterations = iterations
+  c.train.warm_start_steps = 0  # the seed's shared warm start instead
+  for key, value in overrides:
+    node = c
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = value
+  t0 = time.time()
+  with _Counting() as counts:
+    t = CurriculumTrainer(c, workdir, heldout, params)
+    t.run()
+  # Every other play call is an evaluation: count the training ones only.
+  train_rows = counts.rows[0::2]
+  played = collections.Counter()
+  for row in train_rows:
+    played.update(row)
+  compute = {
+      "agent_episodes": played["unhinted_episodes"],
+      "agent_tokens": played["unhinted_tokens"],
+      "hinted_episodes": played["hinted_episodes"],
+      "hinted_tokens": played["hinted_tokens"],
+      "designer_tokens": sum(r["designer_tokens"] for r in t.trace),
+      "designer_update_rows": sum(r["designer_rows"] for r in t.trace),
+      "wall_s": time.time() - t0,
+  }
+  return {"trace": t.trace, "compute": compute}
+
+
+def plots(results: dict, folder: str) -> list[str]:
+  """PNGs: per arm, the designs' level distribution and the frontier per
+  iteration; the held-out return per arm with its spread over seeds."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  written = []
+  arms = [a for a in ARMS if results.get(a)]
+  fig, axes = plt.subplots(
+      1, len(arms), figsize=(3.2 * len(arms), 3.2), squeeze=False
+  )
+  levels = microworld.LEVELS
+  for ax, arm in zip(axes[0], arms):
+    runs = list(results[arm].values())
+    n_it = len(runs[0]["trace"])
+    dist = np.zeros((len(levels), n_it))
+    for run in runs:
+      for i, row in enumerate(run["trace"]):
+        for lv in row["design_levels"]:
+          if lv in levels:
+            dist[levels.index(lv), i] += 1
+    dist /= np.maximum(dist.sum(0, keepdims=True), 1)
+    ax.imshow(
+        dist, origin="lower", aspect="auto", cmap="Blues", vmin=0, vmax=1,
+        extent=(0.5, n_it + 0.5, levels[0] - 0.5, levels[-1] + 0.5),
+    )  # fmt: skip
+    for run in runs:
+      ax.plot(
+          [r["iteration"] for r in run["trace"]],
+          [r["heldout"]["frontier"] for r in run["trace"]],
+          color="tab:red", alpha=0.7,
+      )  # fmt: skip
+    ax.set_title(arm)
+    ax.set_xlabel("iteration")
+    ax.set_ylim(-0.5, levels[-1] + 0.5)
+  axes[0][0].set_ylabel("level (designs: blue; frontier: red)")
+  fig.tight_layout()
+  path = os.path.join(folder, "levels_and_frontier.png")
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  written.append(path)
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for arm in arms:
+    curves = np.array(
+        [
+            [r["heldout"]["mean"] for r in run["trace"]]
+            for run in results[arm].values()
+        ]
+    )
+    x = np.arange(1, curves.shape[1] + 1)
+    mean, std = curves.mean(0), curves.std(0)
+    ax.plot(x, mean, label=arm)
+    ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+  ax.set_xlabel("iteration")
+  ax.set_ylabel("held-out return (mean over levels)")
+  ax.legend()
+  fig.tight_layout()
+  path = os.path.join(folder, "heldout_return.png")
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  written.append(path)
+  return written
+
+
+def summary_line(results: dict) -> str:
+  """`spade=... frozen=... ... spread=...` from the final held-out means."""
+  parts, spread = [], 0.0
+  for arm in ARMS:
+    finals = [
+        run["trace"][-1]["heldout"]["mean"]
+        for run in results.get(arm, {}).values()
+        if run["trace"]
+    ]
+    if finals:
+      parts.append(f"{arm}={np.mean(finals):.3f}")
+      spread = max(spread, float(np.std(finals)))
+    else:
+      parts.append(f"{arm}=nan")
+  return " ".join(parts) + f" spread={spread:.3f}"
+
+
+def main(argv=None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--arms", default=",".join(ARMS))
+  p.add_argument("--seeds", type=int, default=3)
+  p.add_argument("--iterations", type=int, default=12)
+  p.add_argument("--warm_start_steps", type=int, default=80)
+  p.add_argument("--warm_start_lr", type=float, default=3e-3)
+  p.add_argument("--out", default="")
+  args = p.parse_args(argv)
+  console.quiet(verbose=False)
+  out = args.out or tempfile.mkdtemp(prefix="spade-curriculum-")
+  os.makedirs(out, exist_ok=True)
+  console.say("curriculum experiment: writing to %s", out)
+  arms = [a for a in args.arms.split(",") if a]
+  heldout = heldout_envs()
+  results: dict = {a: {} for a in arms}
+  t0 = time.time()
+  for seed in range(args.seeds):
+    console.say("seed %d: warm start (%d steps)", seed, args.warm_start_steps)
+    params = warm_params(
+        seed,
+        args.warm_start_steps,
+        os.path.join(out, f"warm_{seed}"),
+        args.warm_start_lr,
+    )
+    for arm in arms:
+      console.say(
+          "seed %d, arm %s (%.0f s so far)", seed, arm, time.time() - t0
+      )
+      try:
+        res = run_arm(
+            arm,
+            seed,
+            args.iterations,
+            os.path.join(out, f"{arm}_{seed}"),
+            params,
+            heldout,
+        )
+      except ValueError as e:  # an arm this loop cannot run (adaptive)
+        console.say("arm %s skipped: %s", arm, e)
+        continue
+      results[arm][seed] = res
+      final = res["trace"][-1]["heldout"]
+      console.say(
+          "seed %d, arm %s: held-out %.3f, frontier %d, %s",
+          seed, arm, final["mean"], final["frontier"], res["compute"],
+      )  # fmt: skip
+      with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+  paths = plots(results, out)
+  console.say("plots: %s", ", ".join(paths))
+  console.say("total wall time %.0f s", time.time() - t0)
+  print(summary_line(results))
+
+
+if __name__ == "__main__":
+  main()
