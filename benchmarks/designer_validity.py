@@ -119,6 +119,7 @@ def designer_prompts_for(config, n: int, seed: int, iteration: int):
         seed=spec.seed,
         max_turns=config.agent.max_turns,
         program_hint=config.designer.hint_source == "program",
+        example=config.designer.prompt_example,
     )
     out.append((messages, spec, doc))
   return out

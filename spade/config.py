@@ -189,7 +189,13 @@ def base_config() -> ConfigDict:
   # epoch (the reference regenerates its pool every 4 rollouts).
   c.designer.regeneration_interval = 4
   c.designer.use_seed_programs = True  # tiny: fall back to seed programs
-  # Prompt family (spade.designer.prompts.FAMILIES); a grounding document
+  # What the single-turn and corpus-grounded prompts show: "skeleton" (the
+  # reference's interface skeleton with `...` bodies, spade/core/prompts/
+  # corpus_template.py) or "complete" (ours: also a complete example program,
+  # spade.designer.examples). The multi-turn and tool-use prompts show the
+  # reference's complete example either way.
+  c.designer.prompt_example = "skeleton"
+  # Prompt family (spade.designer.skills.FAMILIES); a grounding document
   # turns a game family into "corpus_game", as the reference's corpus
   # orchestrator does. The games recipe's: multi-turn games.
   c.designer.prompt_family = "multi_turn_game"
@@ -510,6 +516,7 @@ _CHOICES = {
         "learning_potential",
     ),  # fmt: skip
     "designer.code_extraction": ("reference", "longest_class"),
+    "designer.prompt_example": ("skeleton", "complete"),
     "agent.action": ("parse", "raw"),
     "agent.unfinished_reply": ("end", "step"),
     "agent.full_context": ("end", "drop_oldest"),

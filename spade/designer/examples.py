@@ -3,9 +3,10 @@
 Each is a whole environment program in the reference implementation's
 format (`spade-rl/spade`, `spade/core/prompts/`): the multi-turn game and both
 tool-use programs are the reference's own examples (imports and a class
-docstring added so each file stands alone); the single-turn and the
-corpus-grounded ones are written here in the same format, since the
-reference shows only an interface skeleton for them. They are kept as
+docstring added so each file stands alone), shown in every prompt of their
+family; the single-turn and the corpus-grounded ones are written here in the
+same format and shown only with `designer.prompt_example="complete"` (ours),
+since the reference shows only an interface skeleton for them. They are kept as
 4-space-indented text, the style the models were trained on, and every one
 passes `python -m spade.environments.check` (tests/designer/test_prompts.py).
 """

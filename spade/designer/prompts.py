@@ -15,8 +15,13 @@ its orchestrator does it (`_build_env_gen_prompt`):
   tool_use_multi_turn  the same with instructions revealed one at a time
                        (BFCL-style); a document flavours both tool families
 
-Each prompt shows one complete, valid example program
-(`spade.designer.examples`). Memory examples are appended as the reference's
+The families, skills and their descriptions are data (`spade.designer.
+skills`); the texts are the reference's (`spade.designer.templates`). As in
+the reference, the single-turn and corpus-grounded prompts show an interface
+skeleton with `...` bodies, the multi-turn and tool-use ones a complete
+example program; `example="complete"` (`designer.prompt_example`, ours)
+shows a complete program (`spade.designer.examples`) in every family. Memory
+examples are appended as the reference's
 `_augment_prompt_with_memory` does (high-regret programs as models, rejected
 ones as mistakes to avoid), then optionally a parent to mutate. Hints are
 written in a separate pass (`hint_messages`, the reference's
@@ -32,64 +37,30 @@ import random
 from typing import Any, NamedTuple, Sequence
 
 from spade.designer import examples as examples_lib
+from spade.designer import skills as skills_lib
 from spade.designer import templates
 
-FAMILIES = (
-    "single_turn_game",
-    "multi_turn_game",
-    "corpus_game",
-    "tool_use",
-    "tool_use_multi_turn",
-)
-GAME_FAMILIES = ("single_turn_game", "multi_turn_game", "corpus_game")
-TOOL_FAMILIES = ("tool_use", "tool_use_multi_turn")
-DIFFICULTIES = ("easy", "medium", "hard")
-
-# The reference's games recipe (cmd/games/train_spade_30b.sh): these six
-# skills, three active per regeneration epoch, difficulty "medium".
-REFERENCE_SKILLS = (
-    "Mathematical Reasoning",
-    "Logical Deduction",
-    "Spatial Reasoning",
-    "Pattern Recognition",
-    "Optimization",
-    "Causal Inference",
-)
-# spade/slime/spade_rollout.py: DEFAULT_SKILLS_TOOL_USE, the first two.
-REFERENCE_TOOL_USE_SKILLS = ("API Orchestration", "Data Retrieval")
-DEFAULT_FAMILY = "multi_turn_game"
-DEFAULT_DIFFICULTY = "medium"
-
-# System prompts of the reference's chat templates for each family.
-GAME_SYSTEM = (
-    "You are an expert Python programmer and game designer. You create"
-    " educational language games for training Large Language Models."
-)
-MULTITURN_GAME_SYSTEM = (
-    "You are an expert Python programmer and game designer specializing in "
-    "interactive, multi-turn text-based games. You create environments where "
-    "the player must make sequential decisions across multiple turns, with "
-    "each action changing the game state."
-)
-TOOL_USE_SYSTEM = (
-    "You are an expert API and tool-calling environment designer. "
-    "You create structured tool-use task environments for training language "
-    "models to call functions correctly. Each environment defines custom "
-    "tools (search, filter, lookup, compute, etc.) and a task that requires "
-    "calling these tools in the right sequence to arrive at an answer. "
-    "The agent uses native tool calling via OpenAI-format tool schemas and "
-    "submits its final answer with <answer>result</answer>."
-)
 _SYSTEM = {
-    "single_turn_game": GAME_SYSTEM,
-    "multi_turn_game": MULTITURN_GAME_SYSTEM,
+    "single_turn_game": templates.GAME_SYSTEM,
+    "multi_turn_game": templates.MULTITURN_GAME_SYSTEM,
     # The recipe renders corpus prompts with its multi-turn template.
-    "corpus_game": MULTITURN_GAME_SYSTEM,
-    "tool_use": TOOL_USE_SYSTEM,
-    "tool_use_multi_turn": TOOL_USE_SYSTEM,
+    "corpus_game": templates.MULTITURN_GAME_SYSTEM,
+    "tool_use": templates.TOOL_USE_SYSTEM,
+    "tool_use_multi_turn": templates.TOOL_USE_SYSTEM,
 }
 # Kept for callers that name the designer's system prompt directly.
-DESIGNER_SYSTEM = MULTITURN_GAME_SYSTEM
+DESIGNER_SYSTEM = templates.MULTITURN_GAME_SYSTEM
+
+# designer.prompt_example: "skeleton" (the reference: the single-turn and
+# corpus-grounded prompts show an interface skeleton with `...` bodies, the
+# others the reference's own complete example) or "complete" (ours: every
+# family shows a complete example program).
+PROMPT_EXAMPLES = ("skeleton", "complete")
+DEFAULT_PROMPT_EXAMPLE = "skeleton"
+_EXAMPLE_BLOCK = {
+    "single_turn_game": templates.SINGLE_TURN_EXAMPLE_BLOCK,
+    "corpus_game": templates.CORPUS_EXAMPLE_BLOCK,
+}
 
 _TEMPLATE = {
     "single_turn_game": templates.SINGLE_TURN_GAME,
@@ -98,393 +69,6 @@ _TEMPLATE = {
     "tool_use": templates.TOOL_USE,
     "tool_use_multi_turn": templates.TOOL_USE_MULTI_TURN,
 }
-
-# spade/core/game_generator.py: SyntheticGameGenerator.COGNITIVE_SKILLS,
-# name -> (description, concept ideas).
-COGNITIVE_SKILLS = {
-    "Pattern Recognition": (
-        "Identifying patterns in sequences, numbers, or text",
-        (
-            "Caesar/substitution cipher decoding",
-            "matrix transformation rule discovery (what operation maps grid A"
-            " to grid B?)",
-            "regex pattern inference from string examples",
-            "number base conversion patterns",
-            "modular arithmetic cycles (clock arithmetic)",
-            "sequence with hidden piecewise rules (different rules for"
-            " odd/even indices)",
-            "ASCII art pattern completion (rotate, reflect, tile)",
-            "binary encoding/decoding puzzles",
-            "function composition rule discovery (given input-output pairs,"
-            " find the function)",
-        ),
-    ),
-    "Logical Deduction": (
-        "Drawing conclusions from given premises and rules",
-        ("logic puzzles", "syllogism solving", "rule-based games"),
-    ),
-    "Strategic Planning": (
-        "Multi-step planning and resource management",
-        ("path planning", "resource allocation", "scheduling puzzles"),
-    ),
-    "Mathematical Reasoning": (
-        "Solving mathematical problems and equations",
-        (
-            "system of nonlinear equations",
-            "combinatorial counting with constraints (permutations,"
-            " partitions)",
-            "modular inverse / Chinese Remainder Theorem",
-            "probability of compound events",
-            "geometric area/volume with composite shapes",
-            "integer partition or Diophantine equation problems",
-            "graph-based shortest path or connectivity",
-            "polynomial root finding or factoring",
-            "expected value or conditional probability calculations",
-            "cryptarithmetic (SEND + MORE = MONEY style)",
-        ),
-    ),
-    "Spatial Reasoning": (
-        "Understanding spatial relationships and mental rotation",
-        ("grid navigation", "direction puzzles", "position tracking"),
-    ),
-    "Causal Inference": (
-        "Understanding cause-effect relationships",
-        ("cause-effect chains", "system dynamics", "prediction games"),
-    ),
-    "Memory Recall": (
-        "Remembering and utilizing past information",
-        ("memory games", "sequence recall", "information tracking"),
-    ),
-    "Optimization": (
-        "Finding optimal solutions under constraints",
-        ("knapsack problems", "scheduling optimization", "route planning"),
-    ),
-    "Language Understanding": (
-        "Understanding and manipulating language",
-        ("word puzzles", "anagrams", "riddles", "semantic games"),
-    ),
-}
-
-# spade/core/prompts/template.py: _MULTITURN_SKILL_EXAMPLES.
-MULTITURN_SKILL_EXAMPLES = {
-    "Pattern Recognition": (
-        "grid exploration where rooms contain pattern fragments — collect"
-        " enough fragments to decode a message",
-        "Mastermind: guess a hidden color code, get feedback (correct"
-        " position, wrong position, absent)",
-        "mine sweeper on a small grid — uncover cells, flag mines, use number"
-        " clues to deduce safe cells",
-        "decode a cipher by exploring a map — each location reveals a letter"
-        " mapping",
-    ),
-    "Logical Deduction": (
-        "detective investigation: interview suspects, search crime scenes,"
-        " examine evidence, then accuse",
-        "Clue/Cluedo: move between rooms, gather evidence cards, deduce"
-        " who/what/where",
-        "logic grid puzzle: ask yes/no questions to fill a constraint grid"
-        " across turns",
-        "escape room: examine objects in sequence, each reveals a clue for the"
-        " next puzzle",
-    ),
-    "Mathematical Reasoning": (
-        "balance a set of equations by adjusting coefficients across turns",
-        "navigate a number maze — each cell has a math operation, choose path"
-        " to reach target value",
-        "auction game: bid on items with hidden values, manage budget to"
-        " maximize total worth",
-        "build a tower of blocks with weight constraints — choose placement"
-        " order carefully",
-    ),
-    "Spatial Reasoning": (
-        "navigate a 2D grid maze — find the exit while avoiding dead ends and"
-        " traps",
-        "Sokoban: push boxes onto target positions in a grid warehouse",
-        "arrange furniture in rooms to satisfy spatial constraints (next to"
-        " window, not blocking door)",
-        "navigate a robot through obstacles — choose direction each turn,"
-        " limited fuel",
-    ),
-    "Strategic Planning": (
-        "tower defense: place 3 turrets on a grid, then simulate waves of"
-        " enemies",
-        "city builder: allocate budget across turns to build infrastructure"
-        " and reach population target",
-        "supply chain: route goods through a network, manage inventory at each"
-        " node",
-        "chess endgame: move pieces on a small board to reach checkmate",
-    ),
-    "Causal Inference": (
-        "scientific experiment: choose which variables to test each turn,"
-        " deduce the hidden causal rule",
-        "troubleshooting: diagnose a broken machine by testing components in"
-        " sequence",
-        "epidemic simulation: choose interventions each turn, observe effects,"
-        " find the transmission source",
-        "circuit debugging: toggle switches and measure outputs to find the"
-        " faulty gate",
-    ),
-    "Memory Recall": (
-        "memory palace: visit rooms and memorize items, then answer recall"
-        " questions at the end",
-        "witness interview: hear testimony across turns, then spot"
-        " contradictions to find the liar",
-        "spy decoder: read intercepted messages across turns, then reconstruct"
-        " the full secret",
-        "shopping list: items are revealed one at a time — at the end, buy"
-        " exactly what was listed",
-    ),
-    "Optimization": (
-        "knapsack: items arrive one by one — decide to take or skip each to"
-        " maximize value within weight limit",
-        "scheduling: assign jobs to machines across turns to minimize total"
-        " completion time",
-        "portfolio: allocate investments each round with changing market"
-        " conditions",
-        "factory: configure production lines across turns to maximize output"
-        " before deadline",
-    ),
-    "Language Understanding": (
-        "text adventure: explore a mansion, read notes, interpret riddles to"
-        " find hidden treasure",
-        "translation puzzle: decode foreign phrases by exploring a village and"
-        " talking to NPCs",
-        "crossword builder: get clues across turns, fill in a word grid"
-        " incrementally",
-        "story detective: read chapters of a story across turns, answer"
-        " comprehension questions to progress",
-    ),
-}
-
-# spade/core/prompts/tool_use_template.py: TOOL_USE_SKILLS,
-# name -> (category, description, example tasks).
-TOOL_USE_SKILLS = {
-    "API Orchestration": (
-        "Stateful Operations",
-        "Chain multiple tool calls that mutate state sequentially",
-        (
-            "Navigate to a directory, create a subdirectory, move files into"
-            " it",
-            "Check account balance, transfer funds, verify new balance",
-            "Search inventory, reserve items, confirm reservation, generate"
-            " invoice",
-            "List available flights, book one, add passenger details, confirm"
-            " booking",
-        ),
-    ),
-    "Data Retrieval": (
-        "Query Then Act",
-        "First discover information via query tools, then act on it precisely",
-        (
-            "List directory contents, find target file, read its content,"
-            " extract specific data",
-            "Search for user by name, get their order history, find the most"
-            " recent order",
-            "Check current settings, identify which ones need change, update"
-            " them",
-            "Query database for records matching criteria, compute aggregate,"
-            " report result",
-        ),
-    ),
-    "State Modification": (
-        "Mutation Chains",
-        "Execute a sequence of state-changing operations where each depends"
-        " on prior state",
-        (
-            "Create user account, set permissions, add to group, verify"
-            " membership",
-            "Navigate file tree, create directory structure, move and rename"
-            " files",
-            "Initialize vehicle systems (engine, doors, fuel), then execute"
-            " driving commands",
-            "Set up trading portfolio: check prices, place orders, verify"
-            " positions",
-        ),
-    ),
-    "Error Recovery": (
-        "Robustness",
-        "Handle tool failures, verify state before acting, retry with"
-        " corrections",
-        (
-            "Try to move a file, handle 'not found' error, search for correct"
-            " path, retry",
-            "Attempt operation, detect permission error, elevate access, retry",
-            "Check if directory exists before creating, handle 'already"
-            " exists' gracefully",
-            "Validate inputs by querying current state before calling"
-            " destructive operation",
-        ),
-    ),
-    "Tool Selection": (
-        "Decision Making",
-        "Choose correct tool from alternatives based on current state",
-        (
-            "Check current location first, then decide whether to navigate or"
-            " act locally",
-            "Query item type, then pick appropriate processing tool for that"
-            " type",
-            "Read file format, then choose correct parser/converter tool",
-            "Check resource status, decide between create vs update operation",
-        ),
-    ),
-    "Multi-Step Workflows": (
-        "Sequential Planning",
-        "Execute ordered sequences where later steps depend on results of"
-        " earlier steps",
-        (
-            "File management: list → navigate → create dir → move files →"
-            " verify → report",
-            "Order processing: search catalog → check stock → reserve → pay →"
-            " confirm → notify",
-            "System setup: check status → configure → enable → test → verify →"
-            " log result",
-            "Data pipeline: connect → query → filter → transform → write →"
-            " validate output",
-        ),
-    ),
-}
-
-# tool_use_template.py: TOOL_USE_DIFFICULTY (an unknown level reads "hard").
-TOOL_USE_DIFFICULTY = {
-    "easy": (
-        "DIFFICULTY: easy\n"
-        "- 1-2 tool calls needed. Single tool or simple two-step chain.\n"
-        "- 3-4 total tools available (1 unused).\n"
-        "- Answer derivable from one or two tool call results.\n"
-    ),
-    "medium": (
-        "DIFFICULTY: medium\n"
-        "- 2-4 tool calls needed. Must chain results across calls.\n"
-        "- 4-6 total tools available (1-2 unused).\n"
-        "- Answer requires combining information from multiple tool results.\n"
-    ),
-    "hard": (
-        "DIFFICULTY: hard\n"
-        "- 4+ tool calls with dependencies. Correct ordering matters.\n"
-        "- 5-8 total tools available (2-3 unused).\n"
-        "- Answer requires multi-step reasoning across chained tool outputs.\n"
-        "- Include scenarios where one tool may return partial or paginated"
-        " data.\n"
-    ),
-}
-
-# tool_use_template.py: the multi-turn variant's domain and task-type
-# rotation, one of each drawn per prompt.
-TOOL_USE_DOMAINS = (
-    "retail order management (orders, items, refunds, shipping)",
-    "flight and hotel booking (search, reserve, pay, cancel)",
-    "telecom account management (plans, lines, billing, data add-ons)",
-    "personal banking and payments (accounts, transfers, cards, invoices)",
-    "a calendar and reminders assistant (events, invites, reminders)",
-    "a file system (files, folders, move/copy/search)",
-    "an e-commerce shopping cart (catalog, cart, checkout, coupons)",
-    "customer-support tickets / CRM (tickets, status, assignment, notes)",
-    "smart-home device control (lights, thermostat, locks, scenes)",
-    "a project / task tracker (tasks, assignees, status, due dates)",
-)
-_DOMAIN_BLOCK = (
-    "REAL-WORLD DOMAIN (build the tools, state, and user goal for THIS domain;"
-    " do NOT\nuse the reference snippet's academic subject as the domain):\n"
-    "  __DOMAIN__\n"
-    "The task must be a realistic user accomplishing a goal here (search,"
-    " book, order,\nupdate, cancel, transfer, schedule), like tau2-bench /"
-    " BFCL / ACEBench / VitaBench\ntasks - NOT an exam or puzzle about any"
-    " document.\n"
-)
-TASK_TYPE_BLOCKS = {
-    "execute": (
-        "TASK VARIANT: execute (happy-path). The user issues atomic"
-        " instructions; the\nagent calls the right tools in order. Each"
-        " criterion checks the resulting state.\n(BFCL multi_turn_base /"
-        " tau2-bench)\n"
-    ),
-    "read_then_write": (
-        "TASK VARIANT: read_then_write. At least ONE instruction must force"
-        " the agent to\nFIRST query state with a read tool, branch on a"
-        " predicate over the result (e.g.\n'for every order over $100', 'all"
-        " lines past their data cap'), THEN make the\ndependent write. Its"
-        " criterion must check the final state reflects the\n"
-        "predicate-conditioned writes - not merely that one tool was called.\n"
-        "(MCP-Mark / MCP-Universe long-horizon CRUD)\n"
-    ),
-    "miss_param": (
-        "TASK VARIANT: missing_value. At least ONE instruction references a"
-        " value the user\ndoes NOT state (e.g. 'cancel my most recent order'"
-        " with no order_id; 'pay the\noverdue invoice' with no invoice id). The"
-        " agent must DISCOVER it via a read tool\nbefore the write. The write"
-        " tool MUST return an error if given a wrong/guessed\nvalue, so a"
-        " fabricated argument cannot satisfy the criterion.\n"
-        "(BFCL multi_turn_miss_param / ACEBench incomplete)\n"
-    ),
-    "irrelevant": (
-        "TASK VARIANT: with_irrelevant. Include EXACTLY ONE instruction that"
-        " NONE of the\ndomain tools can satisfy (e.g. in a retail env, 'what"
-        " will the weather be\ntomorrow?'). Add a tool named 'decline_request'"
-        " (one required string param\n'reason') whose method sets a state flag"
-        " and then advances; that instruction's\ncriterion is met ONLY by"
-        " calling decline_request. Provide NO other tool that\ncould plausibly"
-        " fulfill the irrelevant request.\n(BFCL irrelevance / ACEBench"
-        " irrelevant)\n"
-    ),
-}
-# Weighted as the reference's _TASK_TYPE_ROTATION.
-TASK_TYPE_ROTATION = (
-    ("execute",) * 3 + ("read_then_write",) * 2 + ("miss_param", "irrelevant")
-)
-
-# hint_generator.py: HINT_SYSTEM_PROMPT (games).
-HINT_SYSTEM = """You are analyzing game source code to generate a solving hint for an LLM player.
-
-CONTEXT: The player sees only text observations and responds with \\boxed{answer}. It CANNOT see the source code - only you can. Your hint will be appended to the player's first observation.
-
-TASK: Read the code carefully. Identify:
-1. What puzzle the game presents (from the player's perspective, not the code's)
-2. How the correct answer is derived (trace through reset() and the checking logic in step())
-3. What answer format is expected (a number, a word, a list, etc.)
-
-WRITE a hint that includes:
-- The key insight or strategy for solving this specific puzzle
-- The expected answer format (e.g., "answer with a single integer", "answer with a comma-separated list")
-
-RULES:
-- Keep it to 1-3 sentences (under 100 words)
-- Reference only what the player can SEE in the observation, not code internals
-- Be specific to this game - no generic advice like "think carefully" or "consider all possibilities"
-- Do NOT reveal the exact answer, but DO explain the approach
-
-GOOD hint example: "The sequence follows a rule where each term is the sum of the two preceding terms. Count the pattern and predict the next value. Answer with a single integer."
-BAD hint example: "The self.solution variable stores the answer computed in reset(). Try to think about what it could be."
-
-Output ONLY the hint text. No JSON, no markdown, no labels."""
-
-# hint_generator.py: TOOL_USE_HINT_SYSTEM_PROMPT.
-TOOL_USE_HINT_SYSTEM = """You are analyzing a MULTI-TURN tool-use environment's source code to write a PROCEDURAL strategy hint for an LLM agent that will play it.
-
-CONTEXT: The agent acts turn-by-turn. It sees ONE user instruction at a time, calls tools with <tool_call>{"name": "...", "arguments": {...}}</tool_call>, reads each tool result, and submits <answer>done</answer> ONLY after every instruction has been satisfied. It CANNOT see the source code - only you can. Your hint is appended to the agent's FIRST observation.
-
-GOAL: The hint must help the agent get UNSTUCK without SOLVING the task for it. Summarize the approach (a lossy plan), never the answer. Discovering the specific values by calling tools is the SKILL being tested - a hint the agent can win by copy-pasting is worthless, and it trains the generator to make games that are unsolvable WITHOUT the leaked answer.
-
-TASK: Read the code and identify the high-level STRATEGY only: which KINDS of tools/operations are involved, the general order of PHASES (which tool's output feeds the next), and which tools are distractors / out-of-scope.
-
-WRITE a hint that:
-- Describes the general approach and the order of PHASES in terms of tool ROLES (e.g. "first look up the relevant record, then update it, then organize the files") - NOT a fully filled-in call sequence.
-- Tells the agent to act turn-by-turn and submit <answer>done</answer> ONLY after all steps are complete - never jump straight to a final answer.
-- Tells the agent to DISCOVER the specific arguments by calling lookup/list tools and reading each user instruction - it must not assume them.
-- If an instruction omits a required argument, say to ASK for it (do not guess); if a request is out of scope of the available tools, say to DECLINE.
-
-HARD RULES (these prevent answer leakage - the #1 failure mode):
-- NEVER write concrete data values read from the code or hidden state: no exact IDs, names, file names, paths, amounts, dates, or status strings. Use placeholders like <order_id>, <amount>, or phrases like "the order the user names". If you are about to type a specific value (e.g. 'ORD104', 'savings_67890', 'final_report.pdf'), replace it with a placeholder.
-- Do NOT emit a complete, copy-pasteable call-by-call walkthrough with all arguments filled in.
-- Reference only tool-level behavior the agent can observe - never reveal code internals (state-variable names, exact criteria expressions).
-- Keep it to 2-3 sentences (under 100 words). Specific to THIS environment's tools/goal, but VALUE-FREE.
-- Do NOT tell the agent to "answer with a single integer/word" or submit a final answer immediately. This is a multi-turn EXECUTION task.
-
-GOOD hint (strategy + placeholders; the agent still must discover specifics):
-"Work one instruction at a time. First use the order-lookup tool to find the order the user refers to, then the order-update tool to change its status; afterwards use the file tools to create the destination folder and move the named file into it. Read each tool result and the next instruction to get the exact arguments - don't assume IDs or paths. Submit <answer>done</answer> only after the final instruction is done."
-
-BAD hint (LEAKS THE ANSWER - never do this): "call find_order(order_id='ORD104'), then update_order_status(order_id='ORD104', status='shipped'), then move_file(src='order_summary.txt', dst='/customer/orders/tracking'). Submit <answer>done</answer>." - it hardcodes exact IDs/paths so the agent wins by copying instead of doing the task.
-
-Output ONLY the hint text. No JSON, no markdown, no labels."""
 
 _PROGRAM_HINT_RULE = (
     "Also define hint(self) -> str: a privileged hint for the current episode"
@@ -500,19 +84,6 @@ class PromptSpec(NamedTuple):
   skill: str
   difficulty: str
   seed: int
-
-
-def skills_for(family: str) -> tuple[str, ...]:
-  """The skills a family can be conditioned on."""
-  _check_family(family)
-  if family in TOOL_FAMILIES:
-    return tuple(TOOL_USE_SKILLS)
-  return tuple(COGNITIVE_SKILLS)
-
-
-def _check_family(family: str) -> None:
-  if family not in FAMILIES:
-    raise ValueError(f"unknown prompt family {family!r}; one of {FAMILIES}")
 
 
 def active_skills(
@@ -568,12 +139,12 @@ def pick_prompt(
     PromptSpec(family, skill, difficulty, seed).
   """
   family = designer_config.prompt_family
-  _check_family(family)
-  if family in TOOL_FAMILIES:
+  skills_lib.check_family(family)
+  if family in skills_lib.TOOL_FAMILIES:
     skills = tuple(designer_config.tool_use_skills)
   else:
     skills = tuple(designer_config.skills)
-  known = skills_for(family)
+  known = skills_lib.skills_for(family)
   unknown = [s for s in skills if s not in known]
   if not skills or unknown:
     raise ValueError(
@@ -581,11 +152,11 @@ def pick_prompt(
         f" {family!r} family; choose from {known}"
     )
   difficulties = tuple(designer_config.difficulties)
-  bad = [d for d in difficulties if d not in DIFFICULTIES]
+  bad = [d for d in difficulties if d not in skills_lib.DIFFICULTIES]
   if not difficulties or bad:
     raise ValueError(
         f"designer.difficulties {difficulties!r}: each must be one of"
-        f" {DIFFICULTIES}"
+        f" {skills_lib.DIFFICULTIES}"
     )
   epoch = iteration // max(1, regen_interval)
   active = active_skills(skills, epoch, designer_config.skills_per_regen)
@@ -610,15 +181,18 @@ def _family_prompt(
     rng: random.Random,
     document_text: str | None,
     max_turns: int,
+    example: str,
 ) -> str:
   """One family's user prompt, as the reference's generator renders it."""
-  text = _TEMPLATE[family].replace(
+  block = _EXAMPLE_BLOCK.get(family, "") if example == "complete" else ""
+  text = _TEMPLATE[family].replace("__EXAMPLE_BLOCK__", block)
+  text = text.replace(
       "__EXAMPLE__", examples_lib.BY_FAMILY[family].rstrip("\n") + "\n"
   )
-  if family in TOOL_FAMILIES:
-    category, description, ideas = TOOL_USE_SKILLS[skill]
+  if family in skills_lib.TOOL_FAMILIES:
+    category, description, ideas = skills_lib.TOOL_USE_SKILLS[skill]
   else:
-    description, ideas = COGNITIVE_SKILLS[skill]
+    description, ideas = skills_lib.COGNITIVE_SKILLS[skill]
     category = ""
   ideas = list(ideas)
   if family == "single_turn_game":
@@ -626,7 +200,7 @@ def _family_prompt(
       ideas = rng.sample(ideas, 4)
     text = text.replace("__EXAMPLES__", "  " + ", ".join(ideas))
   elif family == "multi_turn_game":
-    ideas = list(MULTITURN_SKILL_EXAMPLES.get(skill, ideas))
+    ideas = list(skills_lib.MULTITURN_SKILL_EXAMPLES.get(skill, ideas))
     if len(ideas) > 3:
       ideas = rng.sample(ideas, 3)
     text = text.replace("__EXAMPLES__", _bullets(ideas, "  - "))
@@ -642,7 +216,9 @@ def _family_prompt(
     text = text.replace("__EXAMPLES__", _bullets(ideas, "  - "))
     text = text.replace(
         "__DIFFICULTY_TEXT__",
-        TOOL_USE_DIFFICULTY.get(difficulty, TOOL_USE_DIFFICULTY["hard"]),
+        skills_lib.TOOL_USE_DIFFICULTY.get(
+            difficulty, skills_lib.TOOL_USE_DIFFICULTY["hard"]
+        ),
     )
     corpus = ""
     if document_text:
@@ -670,13 +246,16 @@ def _family_prompt(
           " messages):\n"
           f"<REFERENCE_SNIPPET>\n{document_text}\n</REFERENCE_SNIPPET>\n"
       )
-    domain = rng.choice(TOOL_USE_DOMAINS)
-    task_type = rng.choice(TASK_TYPE_ROTATION)
+    domain = rng.choice(skills_lib.TOOL_USE_DOMAINS)
+    task_type = rng.choice(skills_lib.TASK_TYPE_ROTATION)
     text = text.replace("__SKILL_CATEGORY__", category)
     text = text.replace(
-        "__DOMAIN_BLOCK__", _DOMAIN_BLOCK.replace("__DOMAIN__", domain)
+        "__DOMAIN_BLOCK__",
+        skills_lib.DOMAIN_BLOCK.replace("__DOMAIN__", domain),
     )
-    text = text.replace("__TASK_TYPE_BLOCK__", TASK_TYPE_BLOCKS[task_type])
+    text = text.replace(
+        "__TASK_TYPE_BLOCK__", skills_lib.TASK_TYPE_BLOCKS[task_type]
+    )
     text = text.replace("__CORPUS_SECTION__", corpus)
   text = text.replace("__SKILL_NAME__", skill)
   text = text.replace("__SKILL_DESCRIPTION__", description)
@@ -744,9 +323,9 @@ def _is_negative(example: Any) -> bool:
 
 def effective_family(family: str | None, document: Any | None) -> str:
   """The family a prompt is rendered as: a document grounds a game family."""
-  family = DEFAULT_FAMILY if family is None else family
-  _check_family(family)
-  if family in GAME_FAMILIES and getattr(document, "text", None):
+  family = skills_lib.DEFAULT_FAMILY if family is None else family
+  skills_lib.check_family(family)
+  if family in skills_lib.GAME_FAMILIES and getattr(document, "text", None):
     return "corpus_game"
   return family
 
@@ -762,6 +341,7 @@ def designer_messages(
     seed: int = 0,
     max_turns: int = 20,
     program_hint: bool = False,
+    example: str = DEFAULT_PROMPT_EXAMPLE,
 ) -> list[dict[str, str]]:
   """Chat messages asking for one environment program.
 
@@ -785,6 +365,11 @@ def designer_messages(
     max_turns: the turn budget the multi-turn game prompt designs for.
     program_hint: also ask for a `hint()` method (`designer.hint_source =
       "program"`); the reference writes hints in a separate pass instead.
+    example: `designer.prompt_example`, one of `PROMPT_EXAMPLES`:
+      "skeleton" (the reference) shows the single-turn and corpus-grounded
+      prompts' interface skeleton only; "complete" (ours) also shows a
+      complete example program in them. The multi-turn and tool-use prompts
+      show the reference's complete example either way.
 
   Returns:
     [{"role": "system", ...}, {"role": "user", ...}]
@@ -793,20 +378,28 @@ def designer_messages(
   text = getattr(document, "text", None) if document is not None else None
   if skill is None:
     skill = (
-        REFERENCE_TOOL_USE_SKILLS[0]
-        if family in TOOL_FAMILIES
-        else REFERENCE_SKILLS[0]
+        skills_lib.REFERENCE_TOOL_USE_SKILLS[0]
+        if family in skills_lib.TOOL_FAMILIES
+        else skills_lib.REFERENCE_SKILLS[0]
     )
-  if skill not in skills_for(family):
+  if skill not in skills_lib.skills_for(family):
     raise ValueError(
         f"skill {skill!r} is not a skill of the {family!r} family; one of"
-        f" {skills_for(family)}"
+        f" {skills_lib.skills_for(family)}"
     )
-  difficulty = DEFAULT_DIFFICULTY if difficulty is None else difficulty
-  if difficulty not in DIFFICULTIES:
-    raise ValueError(f"difficulty {difficulty!r} is not one of {DIFFICULTIES}")
+  difficulty = (
+      skills_lib.DEFAULT_DIFFICULTY if difficulty is None else difficulty
+  )
+  if difficulty not in skills_lib.DIFFICULTIES:
+    raise ValueError(
+        f"difficulty {difficulty!r} is not one of {skills_lib.DIFFICULTIES}"
+    )
+  if example not in PROMPT_EXAMPLES:
+    raise ValueError(
+        f"prompt example {example!r} is not one of {PROMPT_EXAMPLES}"
+    )
   content = _family_prompt(
-      family, skill, difficulty, random.Random(seed), text, max_turns
+      family, skill, difficulty, random.Random(seed), text, max_turns, example
   )
   if program_hint:
     content = content.replace(
@@ -928,7 +521,11 @@ def hint_messages(
   return [
       {
           "role": "system",
-          "content": TOOL_USE_HINT_SYSTEM if tool_use else HINT_SYSTEM,
+          "content": (
+              templates.TOOL_USE_HINT_SYSTEM
+              if tool_use
+              else templates.HINT_SYSTEM
+          ),
       },
       {"role": "user", "content": f"Environment code:\n```python\n{code}\n```"},
   ]

@@ -5,13 +5,16 @@ Ported from `spade-rl/spade` `spade/core/prompts/template.py`
 `corpus_template.py` (`generate_corpus_grounded_prompt`) and
 `tool_use_template.py` (`generate_tool_use_prompt`, `_V_MULTITURN_PROMPT`),
 rendered once and kept verbatim with `__NAME__` placeholders that
-`spade.designer.prompts` fills in. Three changes, each marked by its
-placeholder: every family shows one complete example program
-(`__EXAMPLE__`, from `spade.designer.examples`; the reference shows only an
-interface skeleton for single-turn and corpus-grounded games); the two game
-families state their difficulty (`DIFFICULTY: __DIFFICULTY__`; the reference
-passes it to them and leaves it unused); the multi-turn game's turn budget
-comes from the caller (`__MAX_TURNS__`).
+`spade.designer.prompts` fills in, with the system prompts of its chat
+templates and the hint pass's (`hint_generator.py`). Three changes, each
+marked by its placeholder: the single-turn and corpus-grounded prompts show
+only the reference's interface skeleton by default, and a complete example
+program (`__EXAMPLE_BLOCK__`, from `spade.designer.examples`) with
+`designer.prompt_example="complete"`; the multi-turn and tool-use prompts
+always show their complete example (`__EXAMPLE__`), as the reference's do;
+the two game families state their difficulty (`DIFFICULTY: __DIFFICULTY__`;
+the reference passes it to them and leaves it unused); the multi-turn game's
+turn budget comes from the caller (`__MAX_TURNS__`).
 """
 
 # pylint: disable=line-too-long
@@ -111,11 +114,7 @@ ROBUSTNESS:
 - Naming: never store data in self.solution — that shadows the required solution() method. Use self._solution or self._answer instead.
 - Brace escaping: in f-strings, {word} evaluates word as a Python expression. To write a literal \boxed{answer} escape it as \boxed{{answer}}. Same rule with .format(): any literal brace must be doubled.
 
-REFERENCE EXAMPLE — a complete game in this format (shows the pattern; yours must be DIFFERENT):
-```python
-__EXAMPLE__```
-
-Generate the complete Python code in a ```python block.'''
+__EXAMPLE_BLOCK__Generate the complete Python code in a ```python block.'''
 
 MULTI_TURN_GAME = r'''Create an interactive multi-turn text-based game as a Python class that tests: __SKILL_NAME__ (__SKILL_DESCRIPTION__).
 
@@ -326,11 +325,7 @@ SELF-VERIFICATION before finalizing:
 - Does \boxed carry a per-turn COMMAND that evolves state, rather than a final answer that ends it?
 - Is partial reward given for progress, kept in [0,1]?
 
-REFERENCE EXAMPLE — a complete interactive environment grounded in one concept (binary search); shows the pattern, yours must come from the document above and be DIFFERENT:
-```python
-__EXAMPLE__```
-
-Target skill: __SKILL_NAME__ (__SKILL_DESCRIPTION__). DIFFICULTY: __DIFFICULTY__ — the goal should need __STEPS__+ interaction steps.
+__EXAMPLE_BLOCK__Target skill: __SKILL_NAME__ (__SKILL_DESCRIPTION__). DIFFICULTY: __DIFFICULTY__ — the goal should need __STEPS__+ interaction steps.
 
 Generate the complete Python code in a ```python block."""
 
@@ -637,3 +632,93 @@ Notice:
 
 Generate the complete Python code in a ```python block.
 """
+
+# What `__EXAMPLE_BLOCK__` becomes with `designer.prompt_example="complete"`
+# (ours); with "skeleton" (the reference) it is empty, so these two prompts
+# show only their interface skeleton.
+SINGLE_TURN_EXAMPLE_BLOCK = r"""REFERENCE EXAMPLE — a complete game in this format (shows the pattern; yours must be DIFFERENT):
+```python
+__EXAMPLE__```
+
+"""
+
+CORPUS_EXAMPLE_BLOCK = r"""REFERENCE EXAMPLE — a complete interactive environment grounded in one concept (binary search); shows the pattern, yours must come from the document above and be DIFFERENT:
+```python
+__EXAMPLE__```
+
+"""
+
+# System prompts of the reference's chat templates for each family.
+GAME_SYSTEM = (
+    "You are an expert Python programmer and game designer. You create"
+    " educational language games for training Large Language Models."
+)
+MULTITURN_GAME_SYSTEM = (
+    "You are an expert Python programmer and game designer specializing in "
+    "interactive, multi-turn text-based games. You create environments where "
+    "the player must make sequential decisions across multiple turns, with "
+    "each action changing the game state."
+)
+TOOL_USE_SYSTEM = (
+    "You are an expert API and tool-calling environment designer. "
+    "You create structured tool-use task environments for training language "
+    "models to call functions correctly. Each environment defines custom "
+    "tools (search, filter, lookup, compute, etc.) and a task that requires "
+    "calling these tools in the right sequence to arrive at an answer. "
+    "The agent uses native tool calling via OpenAI-format tool schemas and "
+    "submits its final answer with <answer>result</answer>."
+)
+
+# spade/core/hint_generator.py: HINT_SYSTEM_PROMPT (games).
+HINT_SYSTEM = """You are analyzing game source code to generate a solving hint for an LLM player.
+
+CONTEXT: The player sees only text observations and responds with \\boxed{answer}. It CANNOT see the source code - only you can. Your hint will be appended to the player's first observation.
+
+TASK: Read the code carefully. Identify:
+1. What puzzle the game presents (from the player's perspective, not the code's)
+2. How the correct answer is derived (trace through reset() and the checking logic in step())
+3. What answer format is expected (a number, a word, a list, etc.)
+
+WRITE a hint that includes:
+- The key insight or strategy for solving this specific puzzle
+- The expected answer format (e.g., "answer with a single integer", "answer with a comma-separated list")
+
+RULES:
+- Keep it to 1-3 sentences (under 100 words)
+- Reference only what the player can SEE in the observation, not code internals
+- Be specific to this game - no generic advice like "think carefully" or "consider all possibilities"
+- Do NOT reveal the exact answer, but DO explain the approach
+
+GOOD hint example: "The sequence follows a rule where each term is the sum of the two preceding terms. Count the pattern and predict the next value. Answer with a single integer."
+BAD hint example: "The self.solution variable stores the answer computed in reset(). Try to think about what it could be."
+
+Output ONLY the hint text. No JSON, no markdown, no labels."""
+
+# hint_generator.py: TOOL_USE_HINT_SYSTEM_PROMPT.
+TOOL_USE_HINT_SYSTEM = """You are analyzing a MULTI-TURN tool-use environment's source code to write a PROCEDURAL strategy hint for an LLM agent that will play it.
+
+CONTEXT: The agent acts turn-by-turn. It sees ONE user instruction at a time, calls tools with <tool_call>{"name": "...", "arguments": {...}}</tool_call>, reads each tool result, and submits <answer>done</answer> ONLY after every instruction has been satisfied. It CANNOT see the source code - only you can. Your hint is appended to the agent's FIRST observation.
+
+GOAL: The hint must help the agent get UNSTUCK without SOLVING the task for it. Summarize the approach (a lossy plan), never the answer. Discovering the specific values by calling tools is the SKILL being tested - a hint the agent can win by copy-pasting is worthless, and it trains the generator to make games that are unsolvable WITHOUT the leaked answer.
+
+TASK: Read the code and identify the high-level STRATEGY only: which KINDS of tools/operations are involved, the general order of PHASES (which tool's output feeds the next), and which tools are distractors / out-of-scope.
+
+WRITE a hint that:
+- Describes the general approach and the order of PHASES in terms of tool ROLES (e.g. "first look up the relevant record, then update it, then organize the files") - NOT a fully filled-in call sequence.
+- Tells the agent to act turn-by-turn and submit <answer>done</answer> ONLY after all steps are complete - never jump straight to a final answer.
+- Tells the agent to DISCOVER the specific arguments by calling lookup/list tools and reading each user instruction - it must not assume them.
+- If an instruction omits a required argument, say to ASK for it (do not guess); if a request is out of scope of the available tools, say to DECLINE.
+
+HARD RULES (these prevent answer leakage - the #1 failure mode):
+- NEVER write concrete data values read from the code or hidden state: no exact IDs, names, file names, paths, amounts, dates, or status strings. Use placeholders like <order_id>, <amount>, or phrases like "the order the user names". If you are about to type a specific value (e.g. 'ORD104', 'savings_67890', 'final_report.pdf'), replace it with a placeholder.
+- Do NOT emit a complete, copy-pasteable call-by-call walkthrough with all arguments filled in.
+- Reference only tool-level behavior the agent can observe - never reveal code internals (state-variable names, exact criteria expressions).
+- Keep it to 2-3 sentences (under 100 words). Specific to THIS environment's tools/goal, but VALUE-FREE.
+- Do NOT tell the agent to "answer with a single integer/word" or submit a final answer immediately. This is a multi-turn EXECUTION task.
+
+GOOD hint (strategy + placeholders; the agent still must discover specifics):
+"Work one instruction at a time. First use the order-lookup tool to find the order the user refers to, then the order-update tool to change its status; afterwards use the file tools to create the destination folder and move the named file into it. Read each tool result and the next instruction to get the exact arguments - don't assume IDs or paths. Submit <answer>done</answer> only after the final instruction is done."
+
+BAD hint (LEAKS THE ANSWER - never do this): "call find_order(order_id='ORD104'), then update_order_status(order_id='ORD104', status='shipped'), then move_file(src='order_summary.txt', dst='/customer/orders/tracking'). Submit <answer>done</answer>." - it hardcodes exact IDs/paths so the agent wins by copying instead of doing the task.
+
+Output ONLY the hint text. No JSON, no markdown, no labels."""

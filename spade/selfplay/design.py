@@ -70,6 +70,7 @@ def designer_prompt(
             seed=spec.seed,
             max_turns=config.agent.max_turns,
             program_hint=config.designer.hint_source == "program",
+            example=config.designer.prompt_example,
         )
     )
     if len(ids) <= budget:

@@ -11,6 +11,7 @@ from spade import config as config_lib
 from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts
+from spade.designer import skills
 from spade.environments import library
 
 
@@ -19,11 +20,16 @@ class _Doc:
   text = "Binary search halves a sorted interval at every comparison."
 
 
-@pytest.mark.parametrize("family", prompts.FAMILIES)
+@pytest.mark.parametrize("family", skills.FAMILIES)
 def test_every_family_renders_with_skill_difficulty_and_example(family):
-  skill = prompts.skills_for(family)[-1]
+  skill = skills.skills_for(family)[-1]
   messages = prompts.designer_messages(
-      None, family=family, skill=skill, difficulty="hard", seed=3
+      None,
+      family=family,
+      skill=skill,
+      difficulty="hard",
+      seed=3,
+      example="complete",
   )
   system, user = messages[0]["content"], messages[1]["content"]
   assert [m["role"] for m in messages] == ["system", "user"]
@@ -34,10 +40,74 @@ def test_every_family_renders_with_skill_difficulty_and_example(family):
   # The complete example is shown, and it is what a reply is parsed to.
   assert examples.BY_FAMILY[family].strip() in user
   assert "Python code in a ```python block." in user[-400:]
-  if family in prompts.TOOL_FAMILIES:
+  if family in skills.TOOL_FAMILIES:
     assert "ToolUseBaseEnv" in user and "tool-calling" in system
   else:
     assert "\\boxed{" in user and "game designer" in system
+
+
+def _step_bodies(text):
+  """The body lines of every `def step` in the text's ```python blocks."""
+  bodies = []
+  for block in re.findall(r"```python\n(.*?)```", text, re.S):
+    lines = block.split("\n")
+    for i, line in enumerate(lines):
+      if line.strip().startswith("def step("):
+        indent = len(line) - len(line.lstrip())
+        body = []
+        for later in lines[i + 1 :]:
+          if later.strip() and len(later) - len(later.lstrip()) <= indent:
+            break
+          code = later.split("#", 1)[0].strip()
+          if code:
+            body.append(code)
+        bodies.append(body)
+  return bodies
+
+
+def test_corpus_prompt_is_the_reference_skeleton_by_default():
+  assert config_lib.base_config().designer.prompt_example == "skeleton"
+  user = prompts.designer_messages(_Doc(), skill="Optimization")[1]["content"]
+  # Only the interface contract: its step() ends in `...`, nothing after it,
+  # and no complete program (ours, or any with a docstring) is shown.
+  (body,) = _step_bodies(user)
+  assert body[-1] == "..." and "return" not in " ".join(body)
+  assert user.count("```python\n") == 1 and "REFERENCE EXAMPLE" not in user
+  assert examples.CORPUS_GAME.strip() not in user
+  assert "VaultBinarySearchEnv" not in user
+  assert user.endswith(
+      "interaction steps.\n\nGenerate the complete Python code in a"
+      " ```python block."
+  )
+  single = prompts.designer_messages(None, family="single_turn_game")
+  assert "REFERENCE EXAMPLE" not in single[1]["content"]
+  assert examples.SINGLE_TURN_GAME.strip() not in single[1]["content"]
+
+
+def test_complete_example_option_shows_a_whole_program():
+  user = prompts.designer_messages(_Doc(), example="complete")[1]["content"]
+  assert examples.CORPUS_GAME.strip() in user
+  skeleton, complete = _step_bodies(user)
+  assert skeleton[-1] == "..."
+  # The example's step() is a real body: it parses, updates and returns.
+  assert "..." not in complete and len(complete) > 10
+  assert sum(line.startswith("return") for line in complete) >= 3
+  single = prompts.designer_messages(
+      None, family="single_turn_game", example="complete"
+  )[1]["content"]
+  assert examples.SINGLE_TURN_GAME.strip() in single
+  with pytest.raises(ValueError, match="prompt example"):
+    prompts.designer_messages(None, example="sketch")
+
+
+@pytest.mark.parametrize(
+    "family", ["multi_turn_game", "tool_use", "tool_use_multi_turn"]
+)
+def test_reference_families_with_a_complete_example_keep_it(family):
+  # The reference's own prompts for these families carry a whole program.
+  for example in prompts.PROMPT_EXAMPLES:
+    user = prompts.designer_messages(None, family=family, example=example)
+    assert examples.BY_FAMILY[family].strip() in user[1]["content"]
 
 
 def test_difficulty_changes_the_tool_use_prompt_and_corpus_steps():
@@ -52,7 +122,7 @@ def test_difficulty_changes_the_tool_use_prompt_and_corpus_steps():
 
 
 def test_document_grounds_games_as_corpus_and_flavours_tool_use():
-  for family in prompts.GAME_FAMILIES:
+  for family in skills.GAME_FAMILIES:
     user = prompts.designer_messages(_Doc(), family=family)[1]["content"]
     assert "<REFERENCE_DOCUMENT>\n" + _Doc.text in user
     assert "INTERACTIVE, MULTI-TURN Python game" in user
@@ -112,7 +182,7 @@ def test_parent_is_shown_for_mutation():
 def test_pick_prompt_follows_the_reference_rotation():
   c = config_lib.base_config().designer
   assert c.prompt_family == "multi_turn_game"
-  assert tuple(c.skills) == prompts.REFERENCE_SKILLS
+  assert tuple(c.skills) == skills.REFERENCE_SKILLS
   assert tuple(c.difficulties) == ("medium",)
   picks = [
       prompts.pick_prompt(c, iteration=0, index=i, seed=7) for i in range(4)
@@ -149,7 +219,7 @@ def test_pick_prompt_draws_difficulties_and_tool_skills():
   c = ConfigDict(
       dict(
           prompt_family="tool_use",
-          skills=prompts.REFERENCE_SKILLS,
+          skills=skills.REFERENCE_SKILLS,
           tool_use_skills=("Error Recovery", "Tool Selection"),
           skills_per_regen=0,
           difficulties=("easy", "hard"),
@@ -171,6 +241,12 @@ def test_config_validates_designer_choices():
   assert c.designer.hint_max_new_tokens == 4096
   c.designer.prompt_family = "poetry"
   with pytest.raises(config_lib.ConfigError, match="prompt_family"):
+    config_lib.validate(c)
+  c = config_lib.base_config()
+  c.designer.prompt_example = "complete"
+  config_lib.validate(c)
+  c.designer.prompt_example = "sketch"
+  with pytest.raises(config_lib.ConfigError, match="prompt_example"):
     config_lib.validate(c)
 
 
@@ -213,10 +289,11 @@ def test_hint_messages_carry_anti_leak_rules_and_the_code():
 def test_example_programs_validate_in_the_sandbox():
   from spade.sandbox import pool as pool_lib  # pylint: disable=g-import-not-at-top
 
-  codes = [examples.BY_FAMILY[f] for f in prompts.FAMILIES]
+  codes = [examples.BY_FAMILY[f] for f in skills.FAMILIES]
   # Each example must be exactly what the designer's reply is parsed into.
-  for f, code in zip(prompts.FAMILIES, codes):
-    user = prompts.designer_messages(None, family=f)[1]["content"]
+  for f, code in zip(skills.FAMILIES, codes):
+    user = prompts.designer_messages(None, family=f, example="complete")
+    user = user[1]["content"]
     block = user[user.index(code.strip()) - len("```python\n") :]
     assert extract.extract_code(block).strip() == code.strip()
   sandbox = config_lib.base_config().sandbox
@@ -228,7 +305,7 @@ def test_example_programs_validate_in_the_sandbox():
     sandbox.call_timeout_s = 5.0
   with pool_lib.SandboxPool.from_config(sandbox) as pool:
     verdicts = pool.validate(codes)
-  for family, verdict in zip(prompts.FAMILIES, verdicts):
+  for family, verdict in zip(skills.FAMILIES, verdicts):
     assert verdict["valid"], (family, verdict.get("reason"), verdict)
 
 
