@@ -15,10 +15,44 @@ file, ours, and the named alternatives. Run:
 The full recipe needs an accelerator slice (24 environments x ceil(192 / 24)
 unhinted + 16 hinted plays x 25 turns x 8192 tokens per reply); `runlocal`
 keeps every behaviour and shrinks only the sizes, so it runs on a CPU.
+
+The paper's baselines and its tool-use recipe are variants of it, each with
+a CPU twin (the tiny byte-level model, one short iteration) that
+tests/selfplay/test_recipe_variants.py runs:
+
+  rlve         RLVE's 16 official environments (rlve-gym), each at its
+               sliding-window level (cmd/games/train_fixed_rlve_*.sh):
+               `train.mode="adaptive"`, `train.family="rlve"`; one shared
+               problem per environment, 16 plays, temperature 1.0, per-group
+               z-score, controller 0.9 / 128 / width 4 / cap 20; no
+               designer, no hints; `difficulty/<environment>` in metrics.
+  static_pool  a folder of validated programs (give
+               --config.train.pool_dir=DIR; the seed library otherwise)
+               drawn without replacement, 24 games x 8 plays, temperature
+               0.6, no designer, no hints (cmd/games/_train_fixed_gpt55.sh).
+  tool_use     cmd/tool_use/_train_spade_blend.sh: the six tool-use skills,
+               multi-turn tasks, regeneration and designer delay 8,
+               4,000-word documents, 2,048-token value-free hints, KL 0.005.
+
+  python -m spade.main --config=configs/reference_recipe.py:rlve \
+      --workdir=/tmp/rlve
+  python -m spade.main --config=configs/reference_recipe.py:rlve_runlocal \
+      --workdir=/tmp/rlve_runlocal
+  python -m spade.main --config=configs/reference_recipe.py:static_pool \
+      --config.train.pool_dir=DIR --workdir=/tmp/static_pool
+  python -m spade.main --config=configs/reference_recipe.py:tool_use \
+      --config.grounding.source=jsonl --config.grounding.path=CORPUS.jsonl \
+      --workdir=/tmp/tool_use
+
+(`_runlocal` of each variant runs the same way.)
 """
 
 import importlib.util
 import os
+
+from spade import config as config_lib
+
+VARIANTS = ("rlve", "static_pool", "tool_use")
 
 
 def _base(name: str):
@@ -31,10 +65,13 @@ def _base(name: str):
 
 
 def get_config(arg=None):
-  """The recipe; `arg="runlocal"` shrinks its sizes to a CPU run."""
-  if arg not in (None, "", "runlocal"):
+  """The recipe; `arg="runlocal"` shrinks its sizes to a CPU run;
+  "rlve", "static_pool", "tool_use" and their "_runlocal" twins are the
+  baselines and the tool-use recipe (module docstring)."""
+  known = ("runlocal",) + VARIANTS + tuple(v + "_runlocal" for v in VARIANTS)
+  if arg not in (None, "") + known:
     raise ValueError(
-        f"configs/reference_recipe.py has no variant {arg!r} (try 'runlocal')"
+        f"configs/reference_recipe.py has no variant {arg!r} (one of {known})"
     )
   c = _base("qwen2p5_coder_0p5b").get_config()
   c.num_iterations = 400  # --num-rollout 400
@@ -118,6 +155,14 @@ def get_config(arg=None):
   # The window already delays the designer's rows to its end (4 rollouts,
   # --spade-proposer-training-delay 4).
   c.optim.designer_delay = 0
+  variant = (arg or "").removesuffix("_runlocal")
+  if variant in VARIANTS:
+    {"rlve": _rlve, "static_pool": _static_pool, "tool_use": _tool_use}[
+        variant
+    ](c)
+    if arg.endswith("_runlocal"):
+      _tiny(c, variant)
+    return c
   if arg == "runlocal":
     c.num_iterations = 4
     c.model.max_len = 2048
@@ -137,3 +182,122 @@ def get_config(arg=None):
     c.agent.max_context = 1024
     c.optim.microbatch_rows = 1
   return c
+
+
+def _rlve(c):
+  """cmd/games/train_fixed_rlve_*.sh (spade/core/fixed_env_orchestrator.py,
+  spade/core/envs/rlve_adapter.py)."""
+  c.train.mode = "adaptive"  # --spade-mode fixed_env
+  c.train.family = "rlve"  # --spade-fixed-env-source rlve:<16 official>
+  # Rollout batch 256 over 16 plays per environment: all 16 every step, one
+  # shared problem each (--spade-fixed-env-same-problem), its level drawn
+  # afresh every step (--spade-game-regeneration-interval 1).
+  c.designer.num_envs = 16
+  c.agent.plays_per_iteration = 0  # a fixed 16 plays per environment
+  c.agent.episodes_per_env = 16  # --spade-trajectories-per-game 16
+  c.agent.play_hinted = False
+  c.agent.temperature = 1.0  # --spade-actor-temperature 1.0
+  # RLVE's verifier gets the whole reply (fixed_env_orchestrator.
+  # _parse_action_passthrough); the program finds the \boxed{} itself.
+  c.agent.action = "raw"
+  # The first user turn is the reference's RLVE prompt as reset() returns
+  # it (problem + "Please reason step by step, and put your final answer
+  # within \boxed{}."), not wrapped again in the game template.
+  c.agent.prompt_style = "system"
+  c.regret.agent_advantage = "normalize"  # --spade-reward-normalization grpo
+  # --spade-difficulty-tau-acc 0.9 --spade-difficulty-tau-num 128
+  # --spade-difficulty-d-delta 4; RlveEnvironmentAdapter(max_difficulty=20).
+  c.difficulty.tau_acc = 0.9
+  c.difficulty.tau_num = 128
+  c.difficulty.d_delta = 4
+  c.difficulty.min_level = 0
+  c.difficulty.max_level = 20
+  c.regret.lp_gamma_fast = 0.35  # --spade-lp-gamma-fast (LP variant only)
+  c.regret.lp_gamma_slow = 0.15  # --spade-lp-gamma-slow
+  c.memory.enabled = False  # no designer, no archive
+  c.grounding.enabled = False
+  # The reference's play budget (ENV_STEP_TIMEOUT, 30 s to load and reset a
+  # program and for a step()): a problem of level 20 is ~400 KB of source.
+  c.sandbox.step_timeout_s = 30.0
+  c.sandbox.call_timeout_s = 30.0
+
+
+def _static_pool(c):
+  """cmd/games/_train_fixed_gpt55.sh: the GPT-5.5 static pool."""
+  c.train.mode = "fixed_pool"  # --spade-static-game-pool
+  c.train.pool_draw = "without_replacement"  # --spade-no-replacement
+  # --rollout-batch-size 24, --global-batch-size 192: 8 plays per game.
+  c.designer.num_envs = 24
+  c.agent.plays_per_iteration = 192
+  c.agent.episodes_per_env = 8
+  # --spade-game-regeneration-interval 0: never a regeneration step, so no
+  # hinted plays; --spade-no-train-on-env-trajectories: no designer rows.
+  c.agent.play_hinted = False
+  c.agent.temperature = 0.6  # --spade-actor-temperature 0.6
+  c.memory.enabled = False
+  c.grounding.enabled = False
+
+
+def _tool_use(c):
+  """cmd/tool_use/_train_spade_blend.sh (TOOL_MODEL_SIZE=30b)."""
+  # --spade-game-type tool_use with SPADE_MULTITURN_ENV_GEN=1: instructions
+  # revealed one at a time; the six skills, all in every regeneration
+  # (--spade-skills-per-regen unset: 0).
+  c.designer.prompt_family = "tool_use_multi_turn"
+  c.designer.tool_use_skills = (
+      "API Orchestration",
+      "Data Retrieval",
+      "State Modification",
+      "Error Recovery",
+      "Tool Selection",
+      "Multi-Step Workflows",
+  )
+  c.designer.skills_per_regen = 0
+  c.designer.regeneration_interval = 8  # REGEN_INTERVAL=8
+  # PROPOSER_DELAY=8: the window already holds the designer's rows for its 8
+  # rollouts (as the games recipe's 4 / 4).
+  c.optim.designer_delay = 0
+  c.designer.max_new_tokens = 16384  # ENV_MAX_TOKENS (30b)
+  c.designer.max_prompt_tokens = 32768 - 16384
+  # The hint pass: value-free procedural hints for tool use
+  # (spade.designer.prompts.hint_messages), 2,048 tokens.
+  c.designer.hint_max_new_tokens = 2048  # HINT_MAX_TOKENS=2048
+  c.designer.hint_temperature = 0.3
+  c.grounding.max_words = 4000  # --spade-corpus-max-doc-tokens 4000
+  c.grounding.seed = 42  # --spade-corpus-seed 42
+  c.optim.kl_coef = 0.005  # --kl-loss-coef 0.005
+
+
+def _tiny(c, variant):
+  """The CPU twin: the tiny byte-level model, one short iteration; the
+  variant's behaviour (mode, draw, family, rules) is kept."""
+  tiny = config_lib.base_config()
+  c.model = tiny.model
+  c.checkpoint = tiny.checkpoint
+  c.tokenizer = tiny.tokenizer
+  c.num_iterations = 1
+  c.optim.microbatch_rows = 0
+  c.optim.learning_rate = 1e-5
+  c.sandbox.num_sandboxes = 1
+  c.agent.max_turns = 2
+  c.agent.max_new_tokens = 16
+  c.agent.max_context = 768
+  if variant == "rlve":
+    # All 16 environments, 2 plays each of their one problem.
+    c.agent.episodes_per_env = 2
+  elif variant == "static_pool":
+    c.designer.num_envs = 2
+    c.agent.plays_per_iteration = 4  # ceil(4 / 2) = 2 plays per game
+    c.agent.episodes_per_env = 2
+  else:
+    c.designer.num_envs = 1
+    c.designer.regeneration_interval = 2
+    c.designer.max_new_tokens = 32
+    c.designer.max_prompt_tokens = 512
+    c.designer.max_attempts = 1
+    c.designer.hint_max_new_tokens = 16
+    c.designer.use_seed_programs = True
+    c.grounding.max_words = 60
+    c.agent.plays_per_iteration = 2
+    c.agent.episodes_per_env = 2
+    c.agent.hint_episodes_per_env = 2
