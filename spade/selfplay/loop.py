@@ -202,7 +202,7 @@ class Trainer:
         scores=scores,
         window_scores=window_scores,
         stats=stats,
-        hinted_arm=window.start == it,
+        hinted_arm=any(ep.hinted for ep in episodes),
         closes=closes,
         rows=(
             len(agent_rows),
