@@ -121,14 +121,27 @@ def base_config() -> ConfigDict:
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
   c.sandbox.num_sandboxes = 2
-  c.sandbox.step_timeout_s = 5.0
-  # Budget of one program call (reset, step, a tool, ...); at validation a
-  # call past it makes the program invalid ("call_timeout").
-  c.sandbox.call_timeout_s = 0.5
-  # In play, a call past it, or returning more than this (JSON bytes), ends
-  # its episode ("call_timeout", "output_too_large").
+  # Limits on program code (spade.environments.budget.BUDGETS): "reference"
+  # (spade/core/orchestrator.py: 30 s to load and reset a program and for
+  # one step() in play, ENV_STEP_TIMEOUT; 60 s to validate it,
+  # VALIDATE_GAME_TIMEOUT; no output cap at validation beyond what
+  # agent.max_context holds) or "strict" (ours: 0.5 s of CPU a call, 5 s to
+  # load, a 30 s validation, 65,536 characters a call). The three keys
+  # below, when > 0, replace the named value.
+  c.sandbox.budgets = "reference"
+  # Loading a program (its module-level code) in play.
+  c.sandbox.step_timeout_s = 0.0
+  # One program call (reset, step, a tool, ...): past it, a call makes the
+  # program invalid at validation ("call_timeout") and ends its episode in
+  # play.
+  c.sandbox.call_timeout_s = 0.0
+  # The hard deadline of one validation (the validator's own budget is 0.8
+  # of it: 60 s under "reference").
+  c.sandbox.validate_timeout_s = 0.0
+  # In play, a call returning more than this (JSON bytes) ends its episode
+  # ("output_too_large"): a 32,768-token context's worth of ASCII at 8
+  # characters a token, more than any context here holds.
   c.sandbox.call_output_cap_bytes = 256 << 10
-  c.sandbox.validate_timeout_s = 30.0
   c.sandbox.memory_mb = 1024
   c.sandbox.host_grace_s = 5.0  # host deadline = worker deadline + this
   c.sandbox.max_envs_per_sandbox = 1000  # recycle after this many children
@@ -498,6 +511,7 @@ _CHOICES = {
     "checkpoint.kind": ("scratch", "gemma3_gguf", "qwen2_gguf", "hf"),
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),
+    "sandbox.budgets": ("reference", "strict"),
     "regret.estimator": (
         "hint", "max", "learnability", "lcb", "reference", "solve_rate",
     ),  # fmt: skip
@@ -547,7 +561,6 @@ _POSITIVE = (
     "agent.max_new_tokens",
     "agent.max_context",
     "sandbox.num_sandboxes",
-    "sandbox.step_timeout_s",
     "optim.learning_rate",
     "optim.lora_alpha",
 )
@@ -757,6 +770,12 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
         f"config.sampling.prefill_chunk={config.sampling.prefill_chunk} must"
         " be >= 0 (0: the whole prompt in one step)"
     )
+  for key in ("step_timeout_s", "call_timeout_s", "validate_timeout_s"):
+    if config.sandbox[key] < 0:
+      raise ConfigError(
+          f"config.sandbox.{key}={config.sandbox[key]} must be >= 0 (0: the"
+          f" value of sandbox.budgets={config.sandbox.budgets!r})"
+      )
   if config.optim.lora_rank < 0:
     raise ConfigError(
         f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"

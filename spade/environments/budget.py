@@ -1,4 +1,12 @@
-"""The budgets of a validation run: per call, and for the whole check.
+"""The budgets of program calls and validations, and the clock that keeps them.
+
+`BUDGETS` names two sets of limits (`sandbox.budgets`): "reference", the
+reference implementation's (`spade/core/orchestrator.py`: 30 s for loading
+and resetting a game or one `step()` in play, `ENV_STEP_TIMEOUT`; 60 s for
+`validate_game`, `VALIDATE_GAME_TIMEOUT`; no cap on what a call returns
+beyond what the agent's context can hold), and "strict", ours (0.5 s of CPU
+a call, a 65,536-character cap). `resolve` applies a config's explicit keys
+over the named set.
 
 `Clock` measures each call of program code against its budget (CPU time,
 and a multiple of it in wall time) and the whole validation against its
@@ -11,6 +19,93 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from typing import NamedTuple
+
+# The most characters one token of text takes, about, with the tokenizers
+# used here: an output longer than the agent's context (in tokens) times
+# this cannot be held by it, whatever the tokenizer.
+CHARS_PER_TOKEN = 8
+# The reference's context (--spade-max-context-length 32768), for a
+# validation that does not know the agent's.
+REFERENCE_CONTEXT_TOKENS = 32768
+# The validator's own budget is this fraction of the hard deadline of a
+# validation (`SandboxPool.validate`), so a slow program gets a verdict.
+VALIDATOR_SHARE = 0.8
+
+
+class Budgets(NamedTuple):
+  """One set of limits on program code.
+
+  Attributes:
+    call_timeout_s: one call of program code (`__init__`, `reset`, `step`, a
+      tool call, ...), in validation and in play: CPU seconds, and
+      `Clock.WALL_FACTOR` times that of wall time.
+    validate_timeout_s: the hard deadline of one validation in the sandbox;
+      the validator's own budget is `VALIDATOR_SHARE` of it.
+    load_timeout_s: loading a program (its module-level code) in play.
+    max_output_chars: most characters one call may return at validation;
+      None: what the agent's context holds (`output_chars_for`).
+  """
+
+  call_timeout_s: float
+  validate_timeout_s: float
+  load_timeout_s: float
+  max_output_chars: int | None
+
+
+BUDGETS = {
+    # ENV_STEP_TIMEOUT = 30 bounds _load_and_reset and every step();
+    # VALIDATE_GAME_TIMEOUT = 60 bounds validate_game (75 s x 0.8).
+    "reference": Budgets(30.0, 60.0 / VALIDATOR_SHARE, 30.0, None),
+    # Ours: a call must be fast, an observation short.
+    "strict": Budgets(0.5, 30.0, 5.0, 65_536),
+}
+DEFAULT = "reference"
+
+
+def output_chars_for(max_context_tokens: int | None) -> int:
+  """The output cap that refuses only what a context cannot hold."""
+  tokens = max_context_tokens or REFERENCE_CONTEXT_TOKENS
+  return int(tokens) * CHARS_PER_TOKEN
+
+
+def resolve(
+    name: str = DEFAULT,
+    *,
+    call_timeout_s: float = 0.0,
+    validate_timeout_s: float = 0.0,
+    load_timeout_s: float = 0.0,
+    max_context_tokens: int | None = None,
+) -> Budgets:
+  """The named budgets, with each explicit value (> 0) in its place.
+
+  Args:
+    name: a key of `BUDGETS` (`sandbox.budgets`).
+    call_timeout_s: `sandbox.call_timeout_s`; 0: the named value.
+    validate_timeout_s: `sandbox.validate_timeout_s`; 0: the named value.
+    load_timeout_s: `sandbox.step_timeout_s`; 0: the named value.
+    max_context_tokens: the agent's context (`agent.max_context`), which
+      sets the output cap where the named one is None.
+
+  Returns:
+    Budgets with every field set.
+
+  Raises:
+    ValueError: an unknown name.
+  """
+  if name not in BUDGETS:
+    raise ValueError(f"sandbox.budgets={name!r} is not one of {tuple(BUDGETS)}")
+  b = BUDGETS[name]
+  return Budgets(
+      call_timeout_s=float(call_timeout_s or b.call_timeout_s),
+      validate_timeout_s=float(validate_timeout_s or b.validate_timeout_s),
+      load_timeout_s=float(load_timeout_s or b.load_timeout_s),
+      max_output_chars=(
+          b.max_output_chars
+          if b.max_output_chars is not None
+          else output_chars_for(max_context_tokens)
+      ),
+  )
 
 
 class OutOfTime(BaseException):

@@ -12,7 +12,13 @@ budget; the stricter checks are recorded as the verdict's `properties`, and
 
 The static pass comes first (static_check.py: the escapes an AST shows, a
 filter that gives the designer a clear reason, not the security boundary);
-every call of program code then runs within its budget (budget.py).
+every call of program code then runs within its budget (budget.py; by
+default the reference's: 30 s a call, 60 s for the validation, and no output
+cap beyond what the agent's context holds; `budgets="strict"` is ours). The
+reference's checks run first, on one instance that they close, as its
+`validate_game` does; the property checks run after them on fresh
+instances, and a validation whose time runs out there stays valid with the
+properties not yet shown recorded False.
 """
 
 from __future__ import annotations
@@ -319,26 +325,55 @@ class _Run:
     self.result["smoke_steps"] = len(played)
     other_seed = self.seed + 1
     second = self._hard("reset", lambda: self._reset(env, other_seed))
+    if callable(getattr(env, "close", None)):
+      self._hard("close", lambda: self._call("close()", env.close))
 
-    # What the reference does not check: recorded as properties.
-    self._check_robust(env)
-    twin = self._check_deterministic(cls, name, env, first)
-    self._check_seeded(env, first, second)
-    self._check_hint(env)
-    self._check_solution(env)
-    self.properties["rewards_in_unit"] = all(-1 <= r <= 1 for r in self.rewards)
-    if not self.properties["rewards_in_unit"]:
-      self._note(
-          "rewards_in_unit",
-          "some rewards were outside [-1, 1]: "
-          + ", ".join(
-              f"{r:g}" for r in sorted(set(self.rewards)) if abs(r) > 1
-          )[:200],
-      )
-    for e in (env, twin):
-      if e is not None and callable(getattr(e, "close", None)):
-        self._hard("close", lambda e=e: self._call("close()", e.close))
+    # What the reference does not check: recorded as properties. Out of
+    # time here, the program stays valid and what was not shown is False.
+    try:
+      self._check_properties(cls, name, first, second)
+    except budget.OutOfTime:
+      self.clock.end()
+      for prop in contract.PROPERTIES:
+        if not self.properties[prop] and prop not in self.notes:
+          self._note(
+              prop,
+              "not checked: the validation's time budget ran out after the"
+              " reference's checks had passed",
+          )
+    else:
+      in_unit = all(-1 <= r <= 1 for r in self.rewards)
+      self.properties["rewards_in_unit"] = in_unit
+      if not in_unit:
+        self._note(
+            "rewards_in_unit",
+            "some rewards were outside [-1, 1]: "
+            + ", ".join(
+                f"{r:g}" for r in sorted(set(self.rewards)) if abs(r) > 1
+            )[:200],
+        )
     self.result.update(valid=True, reason="ok", message="ok")
+
+  def _check_properties(self, cls, name: str, first: str, second: str):
+    """The stricter checks, on a fresh instance (and its twin)."""
+    try:
+      probe = self._new(cls, name)
+    except _Raised as e:
+      for prop in contract.PROPERTIES:
+        if prop != "rewards_in_unit":
+          self._note(prop, f"a second {name}(): {e.message}")
+      return
+    self._check_robust(probe)
+    twin = self._check_deterministic(cls, name, probe, first)
+    self._check_seeded(probe, first, second)
+    self._check_hint(probe)
+    self._check_solution(probe)
+    for e in (probe, twin):
+      if e is not None and callable(getattr(e, "close", None)):
+        try:
+          self._call("close()", e.close)
+        except _Raised as err:
+          self.result["warnings"].append(_first_line(err.message))
 
   def _hard(self, reason: str, fn):
     """Runs a reference check: a program error refuses with `reason`."""
@@ -605,14 +640,28 @@ class _Run:
 
 
 def options_from_config(config) -> dict[str, Any]:
-  """Validator options from a SPADE config (`sandbox` and `environments`).
+  """Validator options from a SPADE config (`sandbox`, `environments`).
 
-  Pass them to `SandboxPool.validate(sources, **options)`; keys missing from
-  an older config keep the validator's defaults.
+  The per-call budget and the output cap of `sandbox.budgets` (with
+  `sandbox.call_timeout_s` over it when > 0); under "reference" the cap is
+  what the agent's context holds (`agent.max_context` tokens at
+  `budget.CHARS_PER_TOKEN` characters a token). Pass them to
+  `SandboxPool.validate(sources, **options)`; keys missing from an older
+  config keep the validator's defaults.
   """
   options = {}
   sandbox = getattr(config, "sandbox", None)
-  if sandbox is not None and "call_timeout_s" in sandbox:
+  if sandbox is not None and "budgets" in sandbox:
+    agent = getattr(config, "agent", None)
+    limits = budget.resolve(
+        sandbox.budgets,
+        call_timeout_s=sandbox.get("call_timeout_s", 0.0),
+        max_context_tokens=agent.get("max_context") if agent else None,
+    )
+    options["budgets"] = sandbox.budgets
+    options["call_timeout_s"] = limits.call_timeout_s
+    options["max_output_chars"] = limits.max_output_chars
+  elif sandbox is not None and "call_timeout_s" in sandbox:
     options["call_timeout_s"] = float(sandbox.call_timeout_s)
   environments = getattr(config, "environments", None)
   if environments is not None and "require" in environments:
@@ -635,10 +684,11 @@ def validate_program(
     source: str,
     *,
     smoke_steps: int = contract.SMOKE_STEPS,
-    max_output_chars: int = contract.MAX_OUTPUT_CHARS,
+    max_output_chars: int | None = None,
     seed: int = 0,
-    time_budget_s: float = contract.VALIDATE_BUDGET_S,
-    call_timeout_s: float = contract.CALL_TIMEOUT_S,
+    time_budget_s: float | None = None,
+    call_timeout_s: float | None = None,
+    budgets: str = budget.DEFAULT,
     require: tuple[str, ...] | list[str] = (),
     filename: str = "<env>",
 ) -> dict[str, Any]:
@@ -660,12 +710,20 @@ def validate_program(
     source: the program's Python source.
     smoke_steps: replies fed per smoke episode (the reference's three, then
       more of `SMOKE_ACTIONS`).
-    max_output_chars: most characters one call may return.
+    max_output_chars: most characters one call may return; None: the named
+      budgets' (reference: a 32,768-token context's worth, strict: 65,536).
     seed: the seed of the validated episode (seed + 1 is reset too).
-    time_budget_s: budget of the whole check.
-    call_timeout_s: budget of one call (`sandbox.call_timeout_s`). Both are
-      enforced with SIGALRM on the main thread, and each call is also timed
-      when it returns; the sandbox host enforces the hard deadline.
+    time_budget_s: budget of the whole check; None: the named budgets'
+      (reference: 60 s, `VALIDATE_GAME_TIMEOUT`; strict: 24 s). The
+      reference's checks come first; time that runs out after them leaves
+      the program valid with the unchecked properties False.
+    call_timeout_s: budget of one call (`sandbox.call_timeout_s`); None:
+      the named budgets' (reference: 30 s, `ENV_STEP_TIMEOUT`; strict:
+      0.5 s). Both are enforced with SIGALRM on the main thread, and each
+      call is also timed when it returns; the sandbox host enforces the hard
+      deadline.
+    budgets: a name of `budget.BUDGETS` (`sandbox.budgets`), the defaults
+      of the three limits above.
     require: properties a valid program must have (`environments.require`).
     filename: the program's name in messages and tracebacks.
 
@@ -680,6 +738,13 @@ def validate_program(
     raise TypeError(f"source must be a str of Python, got {type(source)}")
   require = tuple(require)
   check_require(require)
+  limits = budget.resolve(budgets)
+  if time_budget_s is None:
+    time_budget_s = budget.VALIDATOR_SHARE * limits.validate_timeout_s
+  if call_timeout_s is None:
+    call_timeout_s = limits.call_timeout_s
+  if max_output_chars is None:
+    max_output_chars = limits.max_output_chars
   clock = budget.Clock(time_budget_s, call_timeout_s)
   options = dict(
       smoke_steps=smoke_steps, max_output_chars=max_output_chars, seed=seed
@@ -697,8 +762,9 @@ def validate_program(
         valid=False,
         reason="timeout",
         message=(
-            f"validation took longer than {time_budget_s} s; a reset or step"
-            " must finish in well under a second (look for unbounded loops)"
+            f"validation took longer than {time_budget_s:g} s before the"
+            " reference's checks (load, init, reset, three steps, a second"
+            " reset, close) had passed; look for unbounded loops"
         ),
     )
   except RecursionError as e:

@@ -38,6 +38,7 @@ import time
 import weakref
 from typing import Any
 
+from spade.environments import budget
 from spade.sandbox import backends
 from spade.sandbox import runsc
 from spade.sandbox import sweep
@@ -131,13 +132,25 @@ class SandboxPool:
 
   @classmethod
   def from_config(cls, sandbox_config) -> "SandboxPool":
-    """Builds a pool from `config.sandbox` (see spade/config.py)."""
+    """Builds a pool from `config.sandbox` (see spade/config.py).
+
+    The load, call and validation deadlines are `sandbox.budgets`' (the
+    reference's by default, `spade.environments.budget.BUDGETS`), each
+    replaced by its key when that is > 0.
+    """
     c = sandbox_config
+    limits = budget.resolve(
+        c.get("budgets", budget.DEFAULT),
+        call_timeout_s=c.get("call_timeout_s", 0.0),
+        validate_timeout_s=c.get("validate_timeout_s", 0.0),
+        load_timeout_s=c.get("step_timeout_s", 0.0),
+    )
     kwargs = dict(
         backend=c.backend,
         num_sandboxes=c.num_sandboxes,
-        step_timeout_s=c.step_timeout_s,
-        validate_timeout_s=c.validate_timeout_s,
+        step_timeout_s=limits.load_timeout_s,
+        call_timeout_s=limits.call_timeout_s,
+        validate_timeout_s=limits.validate_timeout_s,
         memory_mb=c.memory_mb,
     )
     optional = (
@@ -152,7 +165,6 @@ class SandboxPool:
         "nproc",
         "max_parallel",
         "spare_envs",
-        "call_timeout_s",
         "call_output_cap_bytes",
     )
     for key in optional:

@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 from spade import config as config_lib
+from spade.environments import budget
 from spade.environments import contract
 from spade.environments import static_check
 from spade.environments import validator
@@ -113,12 +114,20 @@ BROKEN = {
 }
 
 
+# Over our budgets, not the reference's: the strict ones catch them fast.
+STRICT_ONLY = ("call_timeout", "output_too_large")
+
+
 @pytest.mark.parametrize("reason", sorted(BROKEN))
 def test_broken_programs_get_their_reason(reason):
   # A short budget only where the loop needs it: a loaded machine may take
   # seconds over the others.
-  budget = 1.5 if reason == "timeout" else 60.0
-  v = validator.validate_program(BROKEN[reason], time_budget_s=budget)
+  seconds = 1.5 if reason == "timeout" else 60.0
+  v = validator.validate_program(
+      BROKEN[reason],
+      time_budget_s=seconds,
+      budgets="strict" if reason in STRICT_ONLY else "reference",
+  )
   assert not v["valid"]
   assert v["reason"] == reason, v
   assert v["reason"] in contract.REASONS
@@ -222,14 +231,28 @@ def test_output_cap_comes_from_the_options():
 
 def test_options_from_config():
   config = config_lib.base_config()
+  assert config.sandbox.budgets == "reference"
+  # The reference's 30 s a call; an output cap at what the agent's context
+  # (768 tokens here) can hold, 8 characters a token.
   assert validator.options_from_config(config) == {
-      "call_timeout_s": contract.CALL_TIMEOUT_S,
+      "budgets": "reference",
+      "call_timeout_s": 30.0,
+      "max_output_chars": 768 * 8,
+      "require": (),
+  }
+  config.sandbox.budgets = "strict"
+  assert validator.options_from_config(config) == {
+      "budgets": "strict",
+      "call_timeout_s": 0.5,
+      "max_output_chars": 65_536,
       "require": (),
   }
   config.sandbox.call_timeout_s = 2.0
   config.environments.require = ("deterministic", "solution_replayed")
   assert validator.options_from_config(config) == {
+      "budgets": "strict",
       "call_timeout_s": 2.0,
+      "max_output_chars": 65_536,
       "require": ("deterministic", "solution_replayed"),
   }
   config.environments.require = ("deterministic", "fast")
@@ -253,10 +276,86 @@ def test_budget_survives_math_verify_resetting_the_alarm():
       "  def close(self):\n    while True:\n      pass\n",
   )
   assert same_call != fixture and later_call != fixture
-  v = validator.validate_program(same_call, time_budget_s=30.0)
+  v = validator.validate_program(
+      same_call, time_budget_s=30.0, budgets="strict"
+  )
   assert v["reason"] == "call_timeout" and "boxed{42}" in v["message"], v
-  v = validator.validate_program(later_call, time_budget_s=30.0)
+  v = validator.validate_program(
+      later_call, time_budget_s=30.0, budgets="strict"
+  )
   assert v["reason"] == "call_timeout" and "close()" in v["message"], v
+
+
+# reset() burns CPU time on its first call only (in __init__), so a valid
+# verdict costs the burn once, not at every one of the checks' resets.
+SLOW_FIRST_RESET = _with(
+    "rng = random.Random(seed)",
+    "import time\n"
+    "    if not CoinFlipEnv.warm:\n"
+    "      CoinFlipEnv.warm = True\n"
+    "      t = time.process_time()\n"
+    "      while time.process_time() < t + 2.0:\n"
+    "        pass\n"
+    "    rng = random.Random(seed)",
+).replace(
+    'class CoinFlipEnv:\n  """Guess three hidden coin flips in order."""\n',
+    'class CoinFlipEnv:\n  """Guess three hidden coin flips in order."""\n\n  warm = False\n',
+)
+
+
+def test_reference_budgets_accept_a_slow_reset_that_strict_refuses():
+  assert "warm = False" in SLOW_FIRST_RESET
+  # The reference gives reset() 30 s (ENV_STEP_TIMEOUT) and validate_game
+  # 60 s (VALIDATE_GAME_TIMEOUT): 2 s of CPU is within both.
+  limits = budget.BUDGETS["reference"]
+  assert limits.call_timeout_s == 30.0
+  assert budget.VALIDATOR_SHARE * limits.validate_timeout_s == 60.0
+  v = validator.validate_program(SLOW_FIRST_RESET)
+  assert v["valid"] and v["reason"] == "ok", v
+  assert v["properties"] == dict.fromkeys(contract.PROPERTIES, True)
+  # Ours: 0.5 s of CPU a call; the first reset runs inside __init__.
+  strict = validator.validate_program(SLOW_FIRST_RESET, budgets="strict")
+  assert (strict["valid"], strict["reason"]) == (False, "call_timeout")
+  assert "CoinFlipEnv()" in strict["message"] and "0.5 s" in strict["message"]
+
+
+def test_time_running_out_in_the_property_checks_keeps_the_program_valid():
+  # The reference's checks (three resets: __init__, seed 0, seed 1) are
+  # fast; every later reset burns 0.4 s, so the 1.5 s validation ends in the
+  # property checks.
+  source = _with(
+      "rng = random.Random(seed)",
+      "import time\n"
+      "    CoinFlipEnv.resets += 1\n"
+      "    t = time.process_time()\n"
+      "    while CoinFlipEnv.resets > 3 and time.process_time() < t + 0.4:\n"
+      "      pass\n"
+      "    rng = random.Random(seed)",
+  ).replace(
+      '  """Guess three hidden coin flips in order."""\n',
+      '  """Guess three hidden coin flips in order."""\n\n  resets = 0\n',
+  )
+  assert "resets = 0" in source
+  v = validator.validate_program(source, time_budget_s=1.5)
+  assert v["valid"] and v["reason"] == "ok", v
+  assert v["smoke_steps"] == len(contract.REFERENCE_ACTIONS)
+  unchecked = [p for p, ok in v["properties"].items() if not ok]
+  assert "solution_replayed" in unchecked and "has_hint" in unchecked
+  for prop in unchecked:
+    assert "time budget ran out" in v["notes"][prop], v["notes"]
+  # Required, a property not shown refuses the program, as any missing one.
+  strict = validator.validate_program(
+      source, time_budget_s=1.5, require=("solution_replayed",)
+  )
+  assert strict["reason"] == "requires_solution_replayed", strict
+
+
+def test_nondeterminism_is_recorded_not_refused_under_the_defaults():
+  v = validator.validate_program(WEAKER["deterministic"])
+  assert (v["valid"], v["reason"]) == (True, "ok")
+  assert v["properties"]["deterministic"] is False
+  assert v["properties"]["seeded"] is False
+  assert "different observation" in v["notes"]["deterministic"], v["notes"]
 
 
 def test_nan_reward_is_a_reward_range_failure_on_any_reply():
