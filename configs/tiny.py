@@ -1,6 +1,8 @@
 """Tiny randomly initialised byte-level model: the fast path for tests and CI.
 
-The default proves the pipeline, not learning; `learn` learns. Run:
+The default proves the pipeline, not learning; `learn` learns. Sampling
+goes through the slot engine (`sampling.engine="slots"`, the default);
+`--config.sampling.engine=lockstep` runs the batched lock-step sampler. Run:
 
   python -m spade.main --config=configs/tiny.py --workdir=/tmp/spade_tiny
   python -m spade.main --config=configs/tiny.py:smoke --workdir=/tmp/smoke
@@ -36,6 +38,9 @@ def get_config(arg=None):
     # The random model's programs are never valid: one retry shows the
     # mechanism without eight samples per design.
     c.designer.max_attempts = 2
+    # Two episodes and one design a round: a few slots serve them.
+    c.sampling.slots = 4
+    c.sampling.prefill_rows = 2
   elif arg == "learn":
     c.num_iterations = 16
     c.train.mode = "fixed_pool"

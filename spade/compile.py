@@ -63,6 +63,7 @@ from absl import flags
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from ml_collections import config_flags
 
 from spade import config as config_lib
@@ -72,6 +73,8 @@ from spade.model import sharding
 from spade.model import topology as topology_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
+from spade.sampling import shapes as shapes_lib
+from spade.sampling import slots as slots_lib
 from spade.train import state as state_lib
 from spade.train import update as update_lib
 
@@ -101,6 +104,10 @@ class Program:
     model_flops: FLOPs of one call, all devices, counted from the shapes.
     xla_flops: `cost_analysis()` FLOPs per device (loop bodies once).
     compile_s: seconds to lower and compile.
+    bytes_per_token: slot generate: `cost_analysis()` bytes accessed per
+      generated token (a decode step over every slot, all devices).
+    min_bytes_per_token: the least a step must read per token: parameters
+      and the live cache, once.
   """
 
   name: str
@@ -117,6 +124,15 @@ class Program:
   model_flops: float = 0.0
   xla_flops: float = 0.0
   compile_s: float = 0.0
+  bytes_per_token: float = 0.0
+  min_bytes_per_token: float = 0.0
+
+  @property
+  def bytes_ratio(self) -> float:
+    """Bytes accessed per generated token over the minimum (0: unknown)."""
+    if not self.min_bytes_per_token:
+      return 0.0
+    return self.bytes_per_token / self.min_bytes_per_token
 
 
 @dataclasses.dataclass
@@ -153,6 +169,11 @@ class Report:
         "fits": self.fits,
         "compile_s": f"{sum(p.compile_s for p in self.programs):.1f}",
     }
+    for p in self.programs:
+      if p.bytes_per_token:
+        key = p.name.split()[0] + "_slots"
+        pairs[f"{key}_bytes_per_token_mib"] = f"{p.bytes_per_token / 2**20:.2f}"
+        pairs[f"{key}_bytes_ratio"] = f"{p.bytes_ratio:.2f}"
     if update is not None:
       pairs["update_peak_gib"] = f"{update.peak_bytes / GIB:.2f}"
       pairs["update_tflop"] = f"{update.model_flops / 1e12:.1f}"
@@ -559,6 +580,174 @@ def compile_sampler(config, mesh, rules, state, role, hbm_bytes):
   return programs
 
 
+class _Captured(Exception):
+  """Raised by a stand-in program once it has its arguments."""
+
+
+def slot_engine(config, mesh, rules, role: str):
+  """The role's slot engine as the loop builds it
+  (`spade.selfplay.engine.Engine.slot_engine`)."""
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  c = config
+  return slots_lib.Engine(
+      *transformer.sampling_fns(c.model, transformer.Role.of(role)),
+      pad_id=0,
+      stop_ids=(1,),
+      slots=shapes_lib.round_up(c.sampling.slots, shards),
+      cache_length=c.model.max_len,
+      prefill_chunk=c.sampling.prefill_chunk,
+      prefill_rows=shapes_lib.round_up(c.sampling.prefill_rows, shards),
+      decode_steps=c.sampling.decode_steps,
+      temperature=c.sampling.temperature,
+      top_k=c.sampling.top_k,
+      top_p=c.sampling.top_p,
+      mesh=mesh,
+      rules=rules,
+  )
+
+
+def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
+  """The host arguments the slot `Server` gives its prefill-insert (one
+  fresh prompt of `prompt` tokens) and generate programs, captured by
+  running the server's own host code against stand-ins (so they follow
+  whatever the engine's programs take)."""
+  captured = {}
+
+  def stand_in(name, fn):
+    def program(params_, state_, *args):
+      del params_, state_
+      captured[name] = args
+      if name == "generate":
+        raise _Captured()
+      # What the program would return, every flag set: a live first token,
+      # so the server goes on to generate.
+      with sharding.use_rules(engine.mesh, engine._rules):
+        _, out = jax.eval_shape(fn, params, decode_state, *args)
+      return "state", jax.tree.map(lambda x: np.ones(x.shape, x.dtype), out)
+
+    return program
+
+  # pylint: disable=protected-access
+  engine.__dict__["_programs"] = (
+      None, None, stand_in("prefill_insert", engine._prefill_insert),
+      stand_in("generate", engine._generate),
+  )  # fmt: skip
+  # pylint: enable=protected-access
+  try:
+    server = slots_lib.Server(engine, None, None)
+    server.submit(
+        slots_lib.Request(0, [2] * prompt, max(new, 2), jax.random.key(0))
+    )
+    try:
+      server.step()
+    except _Captured:
+      pass
+  finally:
+    del engine.__dict__["_programs"]
+  return captured["prefill_insert"], captured["generate"]
+
+
+def compile_engine(config, mesh, rules, state, role, hbm_bytes):
+  """The role's slot-engine programs (`spade.sampling.slots`): prefill-insert
+  and generate over `sampling.slots` slots of a `model.max_len` cache.
+
+  Besides memory and FLOPs, the generate program's `cost_analysis()` bytes
+  accessed (a while loop's body counted once: about one decode step) per
+  generated token, against the minimum a step must read: the parameters
+  and every slot's cache, once.
+  """
+  engine = slot_engine(config, mesh, rules, role)
+  s, c, n = engine.slots, engine.cache_length, engine.decode_steps
+  prompt, new = (
+      (config.agent.max_context, config.agent.max_new_tokens)
+      if role == "agent"
+      else (config.designer.max_prompt_tokens, config.designer.max_new_tokens)
+  )
+  new = max(1, min(new, c - 1))
+  prompt = max(1, min(prompt, c - new))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  fns = transformer.sampling_fns(config.model, transformer.Role.of(role))
+  params_info = jax.eval_shape(fns.prepare_params or (lambda p: p),
+                               state.params)  # fmt: skip
+  params = _abstract(
+      params_info, sharding.fitted_param_shardings(params_info, mesh, rules)
+  )
+  # pylint: disable=protected-access
+  with sharding.use_rules(mesh, rules):
+    init = jax.jit(engine._init).lower().compile()
+  decode_state = _abstract(jax.eval_shape(engine._init), init.output_shardings)
+  out = init.output_shardings
+  prefill_args, generate_args = _engine_host_args(
+      engine, params, decode_state, prompt, new
+  )
+
+  def host(tree):
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(
+            np.shape(x), np.asarray(x).dtype, sharding=replicated
+        ),
+        tree,
+    )
+
+  def lower(fn, args):
+    def go():
+      with sharding.use_rules(mesh, rules):
+        return jax.jit(fn, donate_argnums=1, out_shardings=(out, None)).lower(
+            params, decode_state, *host(args)
+        )
+
+    return go
+
+  # What stays in HBM beside the engine: the optimizer state and, when the
+  # engine decodes on a prepared copy, the train state's own parameters.
+  held_bytes = device_bytes((state.opt_state, state.ref_params, state.adapters))
+  held = f"optimizer state {held_bytes / GIB:.2f}"
+  if fns.prepare_params is not None:
+    own = device_bytes(state.params)
+    held_bytes += own
+    held += f", train params {own / GIB:.2f}"
+  cache_bytes = device_bytes(decode_state["cache"])
+  rows = engine.prefill_rows
+  programs = [
+      _compile(
+          Program(
+              f"{role} slots prefill-insert",
+              f"{rows} rows into {s} slots x cache {c},"
+              f" chunk {engine.chunk}",
+              held_bytes=held_bytes,
+              held=held,
+              model_flops=forward_flops(config.model, rows, prompt, "last"),
+          ),
+          lower(engine._prefill_insert, prefill_args),
+          hbm_bytes,
+      )[0]
+  ]
+  program, _, compiled = _compile(
+      Program(
+          f"{role} slots generate",
+          f"{s} slots x cache {c}, {n} steps a call",
+          held_bytes=held_bytes,
+          held=held,
+          model_flops=n * decode_flops(config.model, s, c),
+      ),
+      lower(engine._generate, generate_args),
+      hbm_bytes,
+  )
+  # pylint: enable=protected-access
+  if compiled is not None:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+      cost = cost[0] if cost else {}
+    chips = mesh.devices.size
+    step = float((cost or {}).get("bytes accessed", 0.0))
+    floor = device_bytes(params) + cache_bytes
+    # Per device a step reads its shards; the slice makes `s` tokens a step.
+    program.bytes_per_token = step * chips / s
+    program.min_bytes_per_token = floor * chips / s
+  programs.append(program)
+  return programs
+
+
 def run(
     config: ml_collections.ConfigDict,
     topology: str,
@@ -566,6 +755,7 @@ def run(
     config_name: str = "",
     update: bool = True,
     samplers: bool = True,
+    engine: bool = False,
     log=print,
 ) -> Report:
   """Compiles the config's programs for the named slice; returns the report.
@@ -576,6 +766,8 @@ def run(
     config_name: shown in the report.
     update: compile the update step.
     samplers: also compile each role's prefill and decode step.
+    engine: also compile each role's slot-engine programs
+      (`compile_engine`).
     log: called with each program's line as it finishes.
   """
   tpu = topology_lib.parse(topology)
@@ -600,6 +792,10 @@ def run(
     for role in sorted(r.head for r in transformer.Role):
       for program in compile_sampler(config, mesh, rules, state, role, hbm):
         add(program)
+  if engine:
+    for role in sorted(r.head for r in transformer.Role):
+      for program in compile_engine(config, mesh, rules, state, role, hbm):
+        add(program)
   return report
 
 
@@ -623,6 +819,13 @@ def describe(program: Program, tpu: topology_lib.Slice) -> str:
       f" {tpu.chips} x {tpu.peak_bf16_flops / 1e12:g} TFLOP/s (MFU = this /"
       f" measured); XLA {program.xla_flops:.3g} FLOP/device (loop bodies"
       f" once); compiled in {program.compile_s:.1f} s"
+      + (
+          f"; {program.bytes_per_token / 2**20:.2f} MiB accessed per token vs"
+          f" {program.min_bytes_per_token / 2**20:.2f} minimum (weights +"
+          f" cache once): x{program.bytes_ratio:.2f}"
+          if program.bytes_per_token
+          else ""
+      )
   )
 
 

@@ -117,6 +117,18 @@ def base_config() -> ConfigDict:
   # Prompt columns the sampler writes into the KV cache per prefill step:
   # the step's attention scores are rows x heads x this x cache length.
   c.sampling.prefill_chunk = 512
+  # "slots" (`spade.sampling.slots`: decode slots refilled as rows end; the
+  # rollout's episodes are requests of their own, and so are the designer's
+  # and hint writer's prompts) or "lockstep" (one batched call per group of
+  # episodes a turn, each decoding until its longest reply ends).
+  c.sampling.engine = "slots"
+  # The slot engine's sizes: decode slots (its compiled batch; each slot
+  # holds a cache of model.max_len), prompts one prefill-insert writes, and
+  # tokens per generate call (the host refills slots between calls). Each
+  # is rounded up to a multiple of the mesh's batch shards.
+  c.sampling.slots = 16
+  c.sampling.prefill_rows = 4
+  c.sampling.decode_steps = 16
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -542,6 +554,7 @@ _CHOICES = {
     "train.mode": ("spade", "fixed_pool", "adaptive"),
     "train.pool_draw": ("with_replacement", "without_replacement"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
+    "sampling.engine": ("slots", "lockstep"),
 }
 
 # Keys that must be strictly positive.
@@ -561,6 +574,9 @@ _POSITIVE = (
     "agent.max_new_tokens",
     "agent.max_context",
     "sandbox.num_sandboxes",
+    "sampling.slots",
+    "sampling.prefill_rows",
+    "sampling.decode_steps",
     "optim.learning_rate",
     "optim.lora_alpha",
 )
@@ -780,6 +796,13 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError(
         f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"
         " (0: full fine-tuning)"
+  chunk = config.sampling.prefill_chunk
+  if config.sampling.engine == "slots" and chunk and m.max_len % chunk:
+    raise ConfigError(
+        f"config.model.max_len={m.max_len} (the slot engine's cache) is not a"
+        f" multiple of config.sampling.prefill_chunk={chunk}: pick a chunk"
+        " that divides it"
+    )
   if config.train.mode == "adaptive" and not config.train.family:
     raise ConfigError(
         'config.train.mode="adaptive" needs config.train.family (a levelled'

@@ -214,3 +214,41 @@ def test_decode_takes_the_parameters_in_their_shards():
   # where a replica would be all but that head.
   params = decode.argument_bytes - cache
   assert 0.4 * whole < params <= shard + 1024, (params, shard, whole)
+
+
+def test_slot_engine_programs_compile_and_report_bytes_per_token():
+  c = _tiny()
+  c.sampling.slots = 8
+  c.sampling.prefill_rows = 4
+  c.sampling.decode_steps = 4
+  c.sampling.prefill_chunk = 64
+  lines = []
+  report = compile_lib.run(
+      c, "v5p-8", update=False, samplers=False, engine=True,
+      log=lines.append,
+  )  # fmt: skip
+  names = [p.name for p in report.programs]
+  assert names == [
+      "agent slots prefill-insert",
+      "agent slots generate",
+      "designer slots prefill-insert",
+      "designer slots generate",
+  ]
+  assert report.fits and len(lines) == 4
+  for p in report.programs:
+    assert p.fits and p.peak_bytes > 0 and p.argument_bytes > 0, p
+    # The decode state (every slot's cache) is donated and kept in place.
+    assert p.alias_bytes > 0, p
+    assert "optimizer state" in p.held and p.held_bytes > 0
+  prefill, generate = report.programs[:2]
+  assert prefill.shape.startswith("4 rows into 8 slots x cache 256")
+  assert generate.shape == "8 slots x cache 256, 4 steps a call"
+  assert generate.model_flops > 0 and generate.xla_flops > 0
+  # A step reads at least the weights and the live cache once.
+  assert generate.min_bytes_per_token > 0
+  assert generate.bytes_ratio >= 0.9, generate
+  assert "accessed per token" in lines[1]
+  summary = dict(kv.split("=", 1) for kv in report.summary().split())
+  assert float(summary["agent_slots_bytes_ratio"]) == pytest.approx(
+      generate.bytes_ratio, abs=0.01
+  )

@@ -1,12 +1,22 @@
-"""The multi-turn rollout engine: every episode of an iteration advances together.
+"""The multi-turn rollout engine: every episode of an iteration to its end.
 
-Each turn makes one batched sampling call per group of live episodes and one
-batched sandbox call for their actions. With `overlap=True` the episodes are
-split into (at least) two groups and pipelined: while one group's actions are
-stepped in the sandbox (a worker thread; the sandbox is other processes, so
-the GIL is not held while waiting), another group is being sampled (XLA
-releases the GIL). That hides sandbox time behind sampling. `rows_per_call`
-caps a group's size, so one call's KV cache fits the accelerator.
+Two ways to sample, one set of episode rules (`run_episodes`):
+
+* Slots (`TurnServer`, `config.sampling.engine = "slots"`): every episode
+  is an independent request to the slot engine (`spade.sampling.slots`).
+  An episode's next turn is queued as soon as its reply has been stepped
+  (or its tool calls executed), while the other slots keep decoding; no
+  episode waits for another's long reply.
+* Lock-step (`TokenSampler`, `"lockstep"`): each turn makes one batched
+  sampling call per group of live episodes and one batched sandbox call for
+  their actions. With `overlap=True` the episodes are split into (at least)
+  two groups and pipelined: while one group's actions are stepped in the
+  sandbox (a worker thread; the sandbox is other processes, so the GIL is
+  not held while waiting), another group is being sampled (XLA releases the
+  GIL). `rows_per_call` caps a group's size, so one call's KV cache fits the
+  accelerator.
+
+Either way the sandbox calls run in a worker thread while sampling goes on.
 
 On several processes each process steps only its own slice of the episodes in
 its own sandbox pool; results are all-gathered so every process holds the
@@ -20,7 +30,7 @@ import dataclasses
 import enum
 import functools
 import time
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Hashable, Protocol, Sequence, runtime_checkable
 
 from spade.agent import actions as actions_lib
 from spade.agent import episodes as episodes_lib
@@ -65,6 +75,33 @@ class TokenSampler(Protocol):
     cache between its turns (`spade.sampling.text.Session`), since the
     next prompt of an exact episode extends this one and its reply.
     """
+    ...
+
+  # Optional: `rows(n)`, the rows a call of n prompts runs (its batch, filler
+  # rows included), for `RolloutStats.decode_row_steps`; n without it.
+
+
+@runtime_checkable
+class TurnServer(Protocol):
+  """What the slots path needs: a queue of turns served as slots free up
+  (`spade.selfplay.engine.TextServer` over `spade.sampling.slots.Server`)."""
+
+  decode_row_steps: int  # decode slots x steps run, live or not
+  tokens_generated: int
+
+  def submit(self, key: int, prompt: list[int], seed: int, turn: int) -> None:
+    """Queues episode `key`'s turn `turn`; its tokens depend only on
+    (seed, key, turn) and the prompt, not on when or where it runs."""
+    ...
+
+  def step(self) -> list[tuple[Hashable, list[int], list[float], str]]:
+    """Serves one round; (key, token ids, logprobs, text) of each turn that
+    ended in it."""
+    ...
+
+  @property
+  def busy(self) -> bool:
+    """A turn is queued or being decoded."""
     ...
 
 
@@ -233,6 +270,15 @@ class RolloutStats:
   sandbox_hidden_s: float = 0.0
   tokens_sampled: int = 0
   tool_calls: int = 0
+  # Decode row-steps the sampling ran (slots x steps, or per lock-step call
+  # its rows x the steps its longest reply took) and the tokens it made.
+  decode_row_steps: int = 0
+  tokens_generated: int = 0
+
+  @property
+  def padding_ratio(self) -> float:
+    """Decode row-steps per generated token (1.0: no padding)."""
+    return self.decode_row_steps / max(self.tokens_generated, 1)
 
 
 # A step() that raised is the reference's outcome for the agent (reward -1,
@@ -321,7 +367,7 @@ def group_rows(episodes: int, rows_per_call: int, overlap: bool) -> int:
 
 def run_episodes(
     specs: Sequence[EpisodeSpec],
-    sampler: TokenSampler,
+    sampler: TokenSampler | TurnServer,
     executor: StepExecutor,
     render: Callable[[list[dict[str, str]]], list[int]],
     *,
@@ -360,17 +406,22 @@ def run_episodes(
 
   Args:
     specs: the episodes to play.
-    sampler: batched token sampler for the agent role.
+    sampler: the agent role's sampling: a `TurnServer` (the slot engine:
+      each episode's turns are requests of their own) or a batched
+      `TokenSampler` (lock-step groups of episodes).
     executor: runs reset/step/execute_tool in the sandboxes.
     render: chat messages -> prompt token ids (the tokenizer's chat format).
     max_turns: T, the limit on replies.
     max_context: the prompt token budget (`prompts.prompt_budget`): every
       prompt is cut by `prompts.truncate_messages` to it, and the sampler
       and trainer use the ids as they are.
-    seed: base sampling seed; turn t of group g (of G) uses seed*1000 + G*t
-      + g.
-    overlap: pipeline the sandbox calls of one group of episodes behind the
-      sampling of the others (at least two groups).
+    seed: base sampling seed. Lock-step: turn t of group g (of G) uses
+      seed*1000 + G*t + g. Slots: turn t of episode i is drawn from
+      (seed, i, t) alone.
+    overlap: lock-step: pipeline the sandbox calls of one group of episodes
+      behind the sampling of the others (at least two groups). Slots always
+      overlap: a round's finished turns are stepped while the next round
+      decodes.
     progress: optional callback for a log line per turn.
     extend: optional `extend(messages, reply, messages_after) -> ids`: the
       tokens the chat format puts after a reply to reach the next prompt
@@ -381,10 +432,10 @@ def run_episodes(
       truncated prompts (and per-turn rows).
     stop_ids: the sampler's stop ids (a reply's closing stop id and the chat
       format's turn end are one token, not two).
-    rows_per_call: the most episodes one sampler call holds (0: no limit);
-      more episodes are split into more groups (`num_groups`), each sampled
-      in its own call, so a call's KV cache stays within the accelerator's
-      memory (`python -m spade.compile` checks it).
+    rows_per_call: lock-step: the most episodes one sampler call holds (0:
+      no limit); more episodes are split into more groups (`num_groups`),
+      each sampled in its own call, so a call's KV cache stays within the
+      accelerator's memory (`python -m spade.compile` checks it).
     prompt_style: `config.agent.prompt_style`.
     action_rule: `config.agent.action`: "parse" (the reference) or "raw".
     unfinished_reply: `config.agent.unfinished_reply`: "end" (the
@@ -483,7 +534,13 @@ def run_episodes(
         [p for p, _ in prompts], seed * 1000 + k * turn + group, keys=list(ids)
     )
     stats.sampling_s += time.perf_counter() - start
-    stats.tokens_sampled += sum(len(o[0]) for o in outs)
+    made = [len(o[0]) for o in outs]
+    stats.tokens_sampled += sum(made)
+    # The call ran every row (filler rows too, `rows`) until its longest
+    # reply ended (`slots.lockstep_row_steps`).
+    rows = sampler.rows(len(outs)) if hasattr(sampler, "rows") else len(outs)
+    stats.decode_row_steps += rows * max(made, default=0)
+    stats.tokens_generated += sum(made)
     return prompts, outs
 
   def plan(i, text):
@@ -611,6 +668,88 @@ def run_episodes(
     ep.seq_mask += [False] * len(delta)
     ep.seq_lp += [0.0] * len(delta)
 
+  def finish():
+    wall = time.perf_counter() - t0
+    # The main thread only samples or waits, so whatever of the sandbox time
+    # does not add to the wall clock ran while sampling.
+    stats.sandbox_hidden_s = min(
+        stats.sandbox_s, max(0.0, stats.sampling_s + stats.sandbox_s - wall)
+    )
+    executor.close(list(range(len(live))))
+    return [ep.freeze() for ep in live], stats
+
+  def queue(ids):
+    """Submits the next turn of each episode in ids that still fits."""
+    for i in ids:
+      ep = live[i]
+      prompt = prompt_for(ep)
+      if prompt is None:
+        ep.done, ep.truncated = True, True
+        continue
+      prompts_of[i] = prompt
+      sampler.submit(i, list(prompt[0]), seed, len(ep.turns))
+
+  def rounds():
+    """The slots path. Deterministic in its order, so every process (and a
+    resumed run) makes the same calls: the turns that end in round r are
+    stepped in the worker while round r + 1 decodes, and their next turns
+    are queued after it."""
+    rows0, made0 = sampler.decode_row_steps, sampler.tokens_generated
+    everyone = list(range(len(live)))
+    half = everyone[: (len(everyone) + 1) // 2]
+    pending = []  # (future, apply(result)), in the order submitted
+    last_line = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+      # The second half's environments start while the first half decodes.
+      results, seconds = reset(half)
+      stats.sandbox_s += seconds
+      apply_reset(half, results)
+      queue([i for i in half if not live[i].done])
+      rest = everyone[len(half) :]
+      if rest:
+
+        def started(out, rest=rest):
+          apply_reset(rest, out)
+          queue([i for i in rest if not live[i].done])
+
+        pending.append((worker.submit(reset, rest), started))
+      while sampler.busy or pending:
+        ended = []
+        if sampler.busy:
+          start = time.perf_counter()
+          ended = sampler.step()
+          stats.sampling_s += time.perf_counter() - start
+        for future, then in pending:
+          out, seconds = future.result()
+          stats.sandbox_s += seconds
+          then(out)
+        pending = []
+        if ended:
+          ids = [int(key) for key, _, _, _ in ended]
+          outs = [(tok, lp, text) for _, tok, lp, text in ended]
+          stats.tokens_sampled += sum(len(o[0]) for o in outs)
+          prompts = [prompts_of.pop(i) for i in ids]
+
+          def stepped(out, ids=ids, prompts=prompts, outs=outs):
+            apply(ids, prompts, outs, out)
+            queue([i for i in ids if not live[i].done])
+
+          pending.append((worker.submit(execute, ids, outs), stepped))
+        now = time.perf_counter()
+        if progress is not None and now - last_line >= 10.0:
+          last_line = now
+          progress(
+              f"{sum(not e.done for e in live)} episodes still live,"
+              f" {sum(len(e.turns) for e in live)} turns played"
+          )
+    stats.decode_row_steps += sampler.decode_row_steps - rows0
+    stats.tokens_generated += sampler.tokens_generated - made0
+
+  if isinstance(sampler, TurnServer):
+    prompts_of: dict[int, tuple[list[int], bool]] = {}
+    rounds()
+    return finish()
+
   # Fixed groups, each advancing turn by turn on its own: group g's sandbox
   # calls run in the worker while the other groups sample.
   everyone = list(range(len(live)))
@@ -643,11 +782,4 @@ def run_episodes(
             f"turn {turn + 1}/{max_turns}: "
             f"{sum(not e.done for e in live)} episodes still live"
         )
-  wall = time.perf_counter() - t0
-  # The main thread only samples or waits, so whatever of the sandbox time
-  # does not add to the wall clock ran while sampling.
-  stats.sandbox_hidden_s = min(
-      stats.sandbox_s, max(0.0, stats.sampling_s + stats.sandbox_s - wall)
-  )
-  executor.close(list(range(len(live))))
-  return [ep.freeze() for ep in live], stats
+  return finish()

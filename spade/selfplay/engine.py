@@ -6,7 +6,8 @@ environment calls, is `spade.selfplay.executor.Executor`):
 
   render(messages)          chat messages -> prompt token ids
   sample(prompts, role,..)  batched sampling -> [(ids, logprobs, text)]
-  agent_sampler(...)        the same, bound for the rollout engine
+  agent_sampler(...)        the same, bound for the lock-step rollout
+  agent_server(...)         the slot engine's server for the agent head
   extend(messages, ...)     the ids between a reply and the next prompt
   prompt_budget(role)       the one prompt-length rule per role
   update(agent_rows, designer_rows)  one shared update step
@@ -14,7 +15,11 @@ environment calls, is `spade.selfplay.executor.Executor`):
 
 Sampling runs as one SPMD program over the global mesh: every process builds
 the same global prompt batch (the programs and histories are identical on all
-processes), the sampler's outputs are gathered back to every host.
+processes), the sampler's outputs are gathered back to every host. With
+`config.sampling.engine = "slots"` (the default) it runs through the slot
+engine (`spade.sampling.slots`): the rollout's episodes as requests of their
+own (`agent_server`), and `sample`'s prompts (the designer's programs, the
+hint writer) as a queue of requests; "lockstep" keeps the batched sampler.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from spade.model import loading as model_loading
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
+from spade.sampling import shapes
+from spade.sampling import slots
 from spade.sampling import text
 from spade.selfplay import batching
 from spade.train import state as state_lib
@@ -43,6 +50,75 @@ _ROLES = {
     "designer": transformer.Role.DESIGNER,
     "agent": transformer.Role.AGENT,
 }
+
+
+class TextServer:
+  """A slot `Server` behind the tokenizer: the rollout's `TurnServer`.
+
+  Turn t of episode i is drawn with `fold_in(fold_in(key(seed), i), t)`, so
+  its tokens depend on neither its slot nor the other episodes. Without
+  `carry` each turn is a request of its own name and prefills its whole
+  history (`config.agent.carry_cache=False`).
+  """
+
+  def __init__(
+      self,
+      server: slots.Server,
+      tokenizer: text.TokenizerLike,
+      max_new_tokens: int,
+      carry: bool = True,
+  ):
+    self.server = server
+    self.max_new_tokens = max_new_tokens
+    self.carry = carry
+    self._decode = tokenizer.decode
+    self._stops = frozenset(int(i) for i in tokenizer.stop_ids)
+
+  @property
+  def decode_row_steps(self) -> int:
+    return self.server.decode_row_steps
+
+  @property
+  def tokens_generated(self) -> int:
+    return self.server.tokens_generated
+
+  @property
+  def busy(self) -> bool:
+    return bool(self.server.queue) or self.server.live > 0
+
+  def submit(self, key: int, prompt: list[int], seed: int, turn: int) -> None:
+    rng = jax.random.fold_in(
+        jax.random.fold_in(jax.random.key(seed), key), turn
+    )
+    name = key if self.carry else (key, turn)
+    self.server.submit(
+        slots.Request(name, list(prompt), self.max_new_tokens, rng)
+    )
+
+  def step(self) -> list[tuple[Any, list[int], list[float], str]]:
+    out = []
+    for r in self.server.step():
+      ids = r.tokens.tolist()
+      # A stop id, when hit, stays in the ids and logprobs, not in the text.
+      shown = ids[:-1] if r.finished and ids and ids[-1] in self._stops else ids
+      key = r.request.key if self.carry else r.request.key[0]
+      out.append((key, ids, r.logprobs.tolist(), self._decode(shown)))
+    return out
+
+
+class _LockstepSampler:
+  """The lock-step `TokenSampler` of `Engine.agent_sampler`; `rows(n)` is
+  the batch a call of n prompts runs (`TextGenerator.sample`'s padding)."""
+
+  def __init__(self, sample, shards: int):
+    self._sample = sample
+    self._shards = shards
+
+  def __call__(self, prompts, seed, keys=None):
+    return self._sample(prompts, seed, keys)
+
+  def rows(self, n: int) -> int:
+    return shapes.round_up(max(shapes.bucket(n), self._shards), self._shards)
 
 
 class Engine:
@@ -84,6 +160,7 @@ class Engine:
         rules=self.rules,
         prefill_chunk=config.sampling.prefill_chunk,
     )
+    self._slot_engines: dict[tuple[str, float], slots.Engine] = {}
 
   # -- text -------------------------------------------------------------------
 
@@ -137,6 +214,10 @@ class Engine:
     context. `progress` names the call for its live line (`TextGenerator`).
     """
     c = self.config
+    if c.sampling.engine == "slots" and session is None and prompts:
+      return self._sample_slots(
+          prompts, role, max_new_tokens, temperature, seed, progress
+      )
     out = self.generator.sample(
         self.state.params,
         prompts,
@@ -151,6 +232,65 @@ class Engine:
         progress=progress,
     )
     return [(o.token_ids, o.logprobs, o.text) for o in out]
+
+  def slot_engine(self, role: str, temperature: float) -> slots.Engine:
+    """The slot engine of one role and temperature (compiled once per run):
+    `config.sampling.slots` decode slots of a `model.max_len` cache, each
+    size rounded up to a multiple of the mesh's batch shards."""
+    name = (role, float(temperature))
+    if name not in self._slot_engines:
+      c = self.config
+      shards = self.generator.batch_shards
+      fns = transformer.sampling_fns(
+          self.generator.model_config, transformer.Role.of(role)
+      )
+      self._slot_engines[name] = slots.Engine(
+          *fns,
+          pad_id=int(self.tokenizer.pad_id),
+          stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
+          slots=shapes.round_up(c.sampling.slots, shards),
+          cache_length=c.model.max_len,
+          prefill_chunk=c.sampling.prefill_chunk,
+          prefill_rows=shapes.round_up(c.sampling.prefill_rows, shards),
+          decode_steps=c.sampling.decode_steps,
+          temperature=float(temperature),
+          top_k=c.sampling.top_k,
+          top_p=c.sampling.top_p,
+          mesh=self.mesh,
+          rules=self.rules,
+      )
+    return self._slot_engines[name]
+
+  def _sample_slots(self, prompts, role, max_new_tokens, temperature, seed,progress):  # fmt: skip
+    """`sample` through the slot engine: prompt i drawn with
+    `fold_in(key(seed), i)`."""
+    room = self.config.model.max_len - max_new_tokens
+    longest = max(len(p) for p in prompts)
+    if room < 1 or longest > room:
+      raise ValueError(
+          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
+          f" tokens in config.model.max_len={self.config.model.max_len}: cut"
+          " prompts to the role's prompt budget first, or lower"
+          " max_new_tokens"
+      )
+    engine = self.slot_engine(role, temperature)
+    server = TextServer(
+        engine.start(self.state.params), self.tokenizer, max_new_tokens
+    )
+    for i, p in enumerate(prompts):
+      server.submit(i, [int(t) for t in p], seed, 0)
+    if progress:
+      console.first_compile(
+          f"the {role} slot engine",
+          (engine.slots, engine.cache_length),
+          "slots x cache length, once per run",
+      )
+    out = [None] * len(prompts)
+    with console.heartbeat(progress or f"{role} sampling"):
+      while server.busy:
+        for key, ids, lps, txt in server.step():
+          out[key] = (ids, lps, txt)
+    return out
 
   def prefill_counts(self) -> tuple[int, int, int]:
     """Prompt tokens sampled so far: (a row-by-row prefill's, saved, carried
@@ -190,18 +330,37 @@ class Engine:
       session = text.Session(max_calls=max(groups, 1))
 
     def sample(prompts, seed, keys=None):
-      return self.sample(
+      out = self.generator.sample(
+          self.state.params,
           prompts,
-          role="agent",
+          role=transformer.Role.AGENT,
           max_new_tokens=max_new_tokens,
           temperature=temperature,
-          seed=seed,
+          rng=jax.random.PRNGKey(seed),
+          top_k=self.config.sampling.top_k,
+          top_p=self.config.sampling.top_p,
           session=session if keys is not None else None,
           keys=keys,
           progress=progress,
       )
+      return [(o.token_ids, o.logprobs, o.text) for o in out]
 
-    return sample
+    return _LockstepSampler(sample, self.generator.batch_shards)
+
+  def agent_server(
+      self, *, max_new_tokens: int, temperature: float
+  ) -> TextServer:
+    """The rollout engine's `TurnServer` for the agent head: a fresh slot
+    server over the current params (`slot_engine`); an episode's turn
+    continues its slot's cache while the slot still holds its history
+    (`config.agent.carry_cache`)."""
+    engine = self.slot_engine("agent", temperature)
+    return TextServer(
+        engine.start(self.state.params),
+        self.tokenizer,
+        max_new_tokens,
+        carry=self.config.agent.carry_cache,
+    )
 
   # -- updates ----------------------------------------------------------------
 

@@ -162,6 +162,11 @@ def iteration_metrics(
       "tokens/prefill": float(prefill[0]),
       "tokens/prefill_saved": float(prefill[1]),
       "tokens/carried": float(prefill[2]),
+      # The agent rollout's decode row-steps (slots x steps, or lock-step
+      # rows x their call's longest reply), tokens, and their ratio.
+      "rollout/decode_row_steps": float(stats.decode_row_steps),
+      "rollout/tokens_generated": float(stats.tokens_generated),
+      "rollout/padding_ratio": float(stats.padding_ratio),
       "time/sampling_s": timings.sampling,
       "time/sandbox_s": timings.sandbox,
       "time/rollout_sandbox_s": stats.sandbox_s,

@@ -4,8 +4,9 @@
 replays, the fixed pool or seed programs, or in adaptive mode a levelled
 family at each environment's level, `spade.selfplay.adaptive`); `play` runs
 K episodes without and, at regeneration, K with the hint per environment,
-all advancing together (`spade.agent.rollout`); episode k of either arm
-resets with the same seed.
+each an independent request to the slot engine (or, with
+`sampling.engine="lockstep"`, in lock-step groups; `spade.agent.rollout`);
+episode k of either arm resets with the same seed.
 """
 
 from __future__ import annotations
@@ -182,14 +183,21 @@ def play(
       len(envs),
   )
   rows_per_call = c.agent.rows_per_call
+  if c.sampling.engine == "slots":
+    sampler = engine.agent_server(
+        max_new_tokens=c.agent.max_new_tokens,
+        temperature=c.agent.temperature,
+    )
+  else:
+    sampler = engine.agent_sampler(
+        max_new_tokens=c.agent.max_new_tokens,
+        temperature=c.agent.temperature,
+        groups=rollout.num_groups(len(specs), rows_per_call, True),
+        progress=f"iteration {it + 1}: agent sampling",
+    )
   return rollout.run_episodes(
       specs,
-      engine.agent_sampler(
-          max_new_tokens=c.agent.max_new_tokens,
-          temperature=c.agent.temperature,
-          groups=rollout.num_groups(len(specs), rows_per_call, True),
-          progress=f"iteration {it + 1}: agent sampling",
-      ),
+      sampler,
       executor.episodes(),
       engine.render,
       max_turns=c.agent.max_turns,
