@@ -72,9 +72,10 @@ def get_config(arg=None):
 
   if arg == "runlocal":
     c.num_iterations = 1
-    # The designer sees its whole prompt (the contract and one complete
-    # example: ~2,300 tokens with a 60-word document) and writes up to 1,536
-    # tokens, so a program is not cut off; its rows of ~3,900 tokens fit the
+    # The designer sees its whole prompt (the reference's contract with its
+    # interface skeleton: ~1,300 tokens with a 60-word document; ~2,200 with
+    # designer.prompt_example="complete") and writes up to 1,536 tokens, so
+    # a program is not cut off; its rows of up to ~3,900 tokens fit the
     # update in 24 GB with queries attended 256 at a time (5.7 GiB of XLA
     # temporaries over 8.6 GiB of parameters and Adam state,
     # benchmarks/README.md). One attempt per design keeps the run short.
