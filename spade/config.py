@@ -273,22 +273,22 @@ def base_config() -> ConfigDict:
   # How a turn is prompted (spade/agent/prompts.py). "reference": the
   # reference's actor template, no system message, the observation wrapped
   # in "You are playing a language game..." / "...put your final answer
-  # within \boxed{}.", the hint as "HINT: ". "system" (ours before): one
+  # within \boxed{}.", the hint as "HINT: ". "system" (ours): one
   # system message for games and tools, the hint as "Hint: ".
   c.agent.prompt_style = "reference"
   # The reference plays hinted episodes only to score the environment; True
-  # also trains the agent on them (ours before).
+  # also trains the agent on them (ours).
   c.agent.train_on_hinted = False
   # What step() receives (`spade.agent.actions.step_action`): "parse" (the
   # reference's parse_action: `\boxed{...}` of a game reply, the stripped
-  # reply otherwise) or "raw" (ours before: the whole reply).
+  # reply otherwise) or "raw" (ours: the whole reply).
   c.agent.action = "parse"
   # A reply that hit its token limit without a stop token: "end" (the
   # reference, orchestrator._play_game_async: the episode ends, no step) or
-  # "step" (ours before: stepped as it is).
+  # "step" (ours: stepped as it is).
   c.agent.unfinished_reply = "end"
   # A next prompt that does not fit the context: "end" (the reference: the
-  # episode ends, truncated) or "drop_oldest" (ours before: the oldest
+  # episode ends, truncated) or "drop_oldest" (ours: the oldest
   # exchanges are dropped to go on).
   c.agent.full_context = "end"
   # Unhinted plays per environment: > 0 plays ceil(this / #valid) on each
@@ -316,7 +316,7 @@ def base_config() -> ConfigDict:
   # Window rewards (`spade.regret.delayed`): the blend's regret term from
   # the regeneration step's unhinted plays only, "matched" (the reference,
   # recompute_delayed_env_rewards_blend), or from the whole window's,
-  # "window" (ours before); the plateau always uses the whole window.
+  # "window" (ours); the plateau always uses the whole window.
   c.regret.timing = "matched"
   # The window's designer reward (`spade.regret.delayed.WINDOW_REWARDS`, the
   # reference's --spade-env-reward-variant): "blend" (the games recipe),
@@ -355,6 +355,10 @@ def base_config() -> ConfigDict:
   c.optim.agent_loss_weight = 1.0
   c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
   c.optim.max_importance_weight = 2.0
+  # Designer rows with truncated importance sampling (the reference's
+  # --use-tis, `tis_clip` = max_importance_weight); False: PPO clipping
+  # against their sampling-time log-probs (ours).
+  c.optim.designer_tis = True
   # Positions per chunk when the update scores tokens: bounds the logits held
   # at once to [rows, chunk, vocab] (recomputed in the backward pass).
   c.optim.logprob_chunk = 256
@@ -406,10 +410,6 @@ def base_config() -> ConfigDict:
   # fixed_pool mode without pool_dir: these seed programs only, by name
   # (`spade.environments.library`; empty: every training seed).
   c.train.pool_seeds = ()
-
-  c.memory = ConfigDict()
-  c.memory.enabled = True
-  # The reference keeps a FIFO of 200 (--spade-env-memory-max-size 200).
   # fixed_pool mode: how an iteration's programs are drawn from the pool.
   # "without_replacement" (the reference's static pool, spade/slime/
   # spade_rollout._select_static_games_without_replacement: the sorted pool
@@ -432,6 +432,10 @@ def base_config() -> ConfigDict:
   c.difficulty.d_delta = 4
   c.difficulty.min_level = 0  # every window starts at [min_level, min_level]
   c.difficulty.max_level = 20
+
+  c.memory = ConfigDict()
+  c.memory.enabled = True
+  # The reference keeps a FIFO of 200 (--spade-env-memory-max-size 200).
   c.memory.capacity = 200
   # Which examples a designer prompt shows: "reference" (spade/core/
   # env_memory.py via `spade.memory.fifo`: 2 positives of the prompt's skill
@@ -657,6 +661,12 @@ def tpu_pod_config(
   # A prefill step's attention scores are rows x heads x chunk x 8,704 keys:
   # at 512 columns the Qwen3 4B agent's asked for 188 GB a chip.
   c.sampling.prefill_chunk = 128
+  # The slot engine: 256 slots (the rows of one lock-step call above), each
+  # a model.max_len cache; 16 prompts a prefill-insert (a multiple of every
+  # named slice's batch shards) and 32 tokens a generate call.
+  c.sampling.slots = 256
+  c.sampling.prefill_rows = 16
+  c.sampling.decode_steps = 32
 
   c.regret.estimator = "reference"
   c.optim.learning_rate = 1e-6
@@ -714,6 +724,8 @@ def _shrink_for_cpu(c: ConfigDict) -> None:
   c.agent.max_turns = 2
   c.agent.max_new_tokens = 8
   c.agent.max_context = 384
+  c.sampling.slots = c.sampling.prefill_rows = 4  # batch shards: 2 x 2
+  c.sampling.decode_steps = 8
   c.optim.designer_delay = 0
   c.optim.microbatch_rows = 0
   c.compile.agent_rows = c.compile.agent_len = 0
@@ -792,10 +804,6 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
           f"config.sandbox.{key}={config.sandbox[key]} must be >= 0 (0: the"
           f" value of sandbox.budgets={config.sandbox.budgets!r})"
       )
-  if config.optim.lora_rank < 0:
-    raise ConfigError(
-        f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"
-        " (0: full fine-tuning)"
   chunk = config.sampling.prefill_chunk
   if config.sampling.engine == "slots" and chunk and m.max_len % chunk:
     raise ConfigError(
@@ -818,6 +826,10 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError(
         f"config.difficulty.tau_acc={d.tau_acc} must be in [0, 1]"
     )
+  if config.optim.lora_rank < 0:
+    raise ConfigError(
+        f"config.optim.lora_rank={config.optim.lora_rank} must be >= 0"
+        " (0: full fine-tuning)"
     )
 
 

@@ -444,9 +444,16 @@ def make_update_step(
   """
   o = config.optim
   use_kl = state_lib.keeps_reference(config)
-  # A delayed designer trains on samples from `designer_delay` iterations
-  # ago: truncated importance weights instead of PPO clipping.
-  designer_iw = o.max_importance_weight if o.designer_delay > 0 else None
+  # Designer rows are trained when their window closes (and
+  # `designer_delay` iterations later still), on samples of an older policy:
+  # truncated importance weights (the reference's --use-tis, clip
+  # `max_importance_weight`, slime's 2.0) unless `designer_tis` is off (ours:
+  # PPO clipping against the stale log-probs).
+  designer_iw = (
+      o.max_importance_weight
+      if o.designer_tis or o.designer_delay > 0
+      else None
+  )
   role_weight = {
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,

@@ -134,8 +134,10 @@ def _expected_pg_loss(setup, name, config):
 @pytest.mark.slow
 def test_update_matches_numpy_losses_and_moves_params(setup):
   c = setup["config"]
+  c.optim.designer_tis = False  # both roles PPO-clipped, as numpy computes
   mesh = _mesh(c, 2, 2, 2)
   old, new, m = _one_step(setup, c, mesh)
+  c.optim.designer_tis = True
   for name in ROLES:
     loss, ratio_mean, clip_frac = _expected_pg_loss(setup, name, c)
     assert m[f"train/{name}_pg_loss"] == pytest.approx(loss, abs=2e-5)
@@ -168,12 +170,9 @@ def test_one_device_equals_eight_devices_with_kl_and_delay():
   # steps here donate their states).
   # lr 1e-4: Adam's first step is ~lr * sign(g), so where |g| is near its eps
   # float reassociation across devices shows up scaled by lr.
-  c = _config(
-      learning_rate=1e-4,
-      kl_coef=0.1,
-      designer_delay=2,
-      max_importance_weight=1.2,
-  )
+  # No further designer_delay: designer rows take truncated importance
+  # weights by default (optim.designer_tis, the reference's --use-tis).
+  c = _config(learning_rate=1e-4, kl_coef=0.1, max_importance_weight=1.2)
   params = jax.device_get(
       transformer.init_params(c.model, jax.random.PRNGKey(0))
   )
@@ -226,7 +225,8 @@ def test_one_device_equals_eight_devices_with_kl_and_delay():
     assert m1[k] == pytest.approx(m8[k], rel=1e-4, abs=1e-6), k
   assert m1["train/agent_kl"] == pytest.approx(0.0, abs=1e-7)
   assert float(m8b["train/agent_kl"]) > 0
-  # Delayed designer: truncated importance weights, some of them cut at 1.2.
+  # The designer's (stale) rows: truncated importance weights, some cut at
+  # 1.2; the agent's are PPO-clipped.
   assert 0 < m8["train/designer_is_truncated_frac"] < 1
   assert m8["train/designer_is_weight_mean"] <= 1.2
   assert "train/agent_is_weight_mean" not in m8
