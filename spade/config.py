@@ -205,6 +205,10 @@ def base_config() -> ConfigDict:
   # spade/core/utils/parsing.extract_game_code) or "longest_class" (ours:
   # the longest fenced block that defines a class, no repair).
   c.designer.code_extraction = "reference"
+  # A design sampled again after an invalid attempt gets a fresh grounding
+  # document (the reference's corpus_orchestrator draws one per attempt);
+  # False keeps the first attempt's prompt (ours).
+  c.designer.fresh_document_per_attempt = True
   # Designs still invalid after their attempts: "drop" (the reference: no
   # trajectory, out of the skill's centring) or "penalize" (ours: a row
   # with regret.invalid_penalty in its group, so the designer is pushed

@@ -144,13 +144,32 @@ def write_hints(
   return out, timings
 
 
-def _prompts(config, engine, state, it):
-  """The iteration's designer prompts, one row per sample, with each row's
-  skill group, document id, mutation parent id and skill."""
+@dataclasses.dataclass(frozen=True)
+class _Row:
+  """One design's prompt and what it was built from."""
+
+  ids: list[int]
+  group: int  # skill group: the reference centres designer rewards per skill
+  doc: Any
+  parent: Any
+  examples: tuple[Any, ...]
+  spec: Any
+
+  @property
+  def doc_id(self):
+    return getattr(self.doc, "id", None)
+
+  @property
+  def parent_id(self):
+    return getattr(self.parent, "id", None)
+
+
+def _prompts(config, engine, state, it) -> list[_Row]:
+  """The iteration's designer prompts, one row per sample."""
   c = config
   group = max(1, c.designer.samples_per_prompt)
   docs = state.documents(max(1, c.designer.num_envs // group))
-  rows: list[tuple[list[int], int, Any, Any, str]] = []
+  rows: list[_Row] = []
   mutate = np.random.default_rng(seed_for(c.seed, it, "mutate"))
   skill_groups: dict[str, int] = {}
   for g, doc in enumerate(docs):
@@ -164,21 +183,28 @@ def _prompts(config, engine, state, it):
         seed=c.seed,
         regen_interval=c.designer.regeneration_interval,
     )
-    examples = state.examples(doc, c.memory.num_examples, spec.skill)
+    examples = tuple(state.examples(doc, c.memory.num_examples, spec.skill))
     ids = designer_prompt(c, engine, doc, examples, parent, spec)
-    # The reference centres designer rewards per skill.
     skill = skill_groups.setdefault(spec.skill, len(skill_groups))
-    for _ in range(group):
-      rows.append(
-          (
-              ids,
-              skill,
-              getattr(doc, "id", None),
-              getattr(parent, "id", None),
-              spec.skill,
-          )
-      )
+    rows.extend(
+        _Row(ids, skill, doc, parent, examples, spec) for _ in range(group)
+    )
   return rows
+
+
+def _fresh_documents(config, engine, state, rows, todo) -> None:
+  """Rows `todo` (sampled again) get a new grounding document each, as the
+  reference's corpus orchestrator draws one for every attempt
+  (`designer.fresh_document_per_attempt`; no-op without grounding)."""
+  if not config.designer.fresh_document_per_attempt or state.corpus is None:
+    return
+  for i, doc in zip(todo, state.documents(len(todo))):
+    r = rows[i]
+    rows[i] = dataclasses.replace(
+        r,
+        doc=doc,
+        ids=designer_prompt(config, engine, doc, r.examples, r.parent, r.spec),
+    )
 
 
 def design(
@@ -188,7 +214,7 @@ def design(
   programs (see the module docstring)."""
   c = config
   rows = _prompts(c, engine, state, it)
-  prompts = [r[0] for r in rows]
+  prompts = [r.ids for r in rows]
   console.say(
       "iteration %d: designer sampling %d programs (up to %d tokens)",
       it + 1,
@@ -204,9 +230,11 @@ def design(
   for attempt in range(max(1, c.designer.max_attempts)):
     if not todo:
       break
+    if attempt:
+      _fresh_documents(c, engine, state, rows, todo)
     t = time.perf_counter()
     outs = engine.sample(
-        [prompts[i] for i in todo],
+        [rows[i].ids for i in todo],
         role="designer",
         max_new_tokens=c.designer.max_new_tokens,
         temperature=c.designer.temperature,
@@ -241,9 +269,9 @@ def design(
   verdicts, hint_timings = write_hints(c, engine, it, codes, verdicts)
   designs, duplicates = [], 0
   for i, (code, verdict) in enumerate(zip(codes, verdicts)):
-    _, group, doc_id, parent_id, skill = rows[i]
+    row = rows[i]
     entry_id, dup_of = state.archive_add(
-        code, verdict, it, doc_id, parent=parent_id
+        code, verdict, it, row.doc_id, parent=row.parent_id
     )
     if dup_of is not None:
       duplicates += 1
@@ -251,16 +279,16 @@ def design(
     designs.append(
         records.Design(
             index=i,
-            group=group,
-            prompt_ids=tuple(prompts[i]),
+            group=row.group,
+            prompt_ids=tuple(row.ids),
             completion_ids=tuple(samples[i][0]),
             logprobs=tuple(samples[i][1]),
             code=code,
             verdict=verdict,
-            grounding_id=doc_id,
-            parent_id=parent_id,
+            grounding_id=row.doc_id,
+            parent_id=row.parent_id,
             archive_id=entry_id,
-            skill=skill,
+            skill=row.spec.skill,
             attempt=attempts[i],
         )
     )
@@ -269,7 +297,7 @@ def design(
       timings + hint_timings,
       {
           "memory/duplicates_this_iter": float(duplicates),
-          "designer/mutations": float(sum(r[3] is not None for r in rows)),
+          "designer/mutations": float(sum(r.parent is not None for r in rows)),
           "designer/attempts_mean": float(np.mean(attempts)) + 1.0,
       },
   )
