@@ -47,13 +47,19 @@ def say(fmt: str, *args) -> None:
 
 
 def quiet(verbose: bool = False) -> None:
-  """Library INFO lines off (unless `verbose`); no TPU probing on a host
-  without TPU devices (libtpu, when installed, otherwise prints a page of
-  warnings on every CPU start)."""
+  """Library INFO lines off (unless `verbose`), and `no_tpu_probe`."""
   if not verbose:
     logging.set_verbosity(logging.WARNING)
     for name in _NOISY:
       py_logging.getLogger(name).setLevel(py_logging.WARNING)
+  no_tpu_probe()
+
+
+def no_tpu_probe() -> None:
+  """On a host without TPU (or CUDA) devices, JAX starts on the CPU without
+  probing for a TPU: libtpu, when installed, otherwise prints a page of
+  warnings on every start. Call before JAX starts its backends (loading a
+  config may already)."""
   if "JAX_PLATFORMS" not in os.environ and not _has_tpu_devices():
     try:
       import jax_plugins.xla_cuda12  # pylint: disable=g-import-not-at-top,unused-import  # noqa

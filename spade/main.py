@@ -16,8 +16,12 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from spade import config as config_lib
 from spade import console
+
+# Before the config file is loaded (a config may start JAX's backends).
+console.no_tpu_probe()
+
+from spade import config as config_lib  # pylint: disable=g-import-not-at-top
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/tiny.py or configs/tiny.py:smoke"

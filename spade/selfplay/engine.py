@@ -35,7 +35,6 @@ from spade import console
 from spade.agent import prompts as agent_prompts
 from spade.environments import library
 from spade.model import loading
-from spade.model import loading as model_loading
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
@@ -138,7 +137,8 @@ class Engine:
       )
     else:
       # Each tensor placed in its shards as it is read.
-      params = loading.initial_params(config, rng, self.mesh, self.rules)
+      with console.heartbeat(f"loading {config.checkpoint.kind} checkpoint"):
+        params = loading.initial_params(config, rng, self.mesh, self.rules)
     self.optimizer = state_lib.make_optimizer(config.optim)
     self.state = state_lib.create_state(
         params,
