@@ -49,6 +49,8 @@ EXTRAS = {
     # host) and for running on TPU VMs; jax[tpu] pins the libtpu matching the
     # jax it installs.
     "tpu": ["jax[tpu]>=0.10.2,<0.13"],
+    # NVIDIA GPUs (configs/gpu.py, benchmarks/device.sh): jax's CUDA 12 wheels.
+    "cuda": ["jax[cuda12]>=0.10.2,<0.13"],
     # rlve-gym: RLVE's environments for the paper's RLVE baseline (its
     # Gym/environment.py imports torch at import; networkx serves
     # ShortestPath among the 16 official environments).

@@ -3,6 +3,8 @@ r"""Compiles a config's TPU programs ahead of time on a CPU host: does it fit?
   python -m spade.compile --config=configs/gemma3_tpu.py:1b --topology=v5p-32
   python -m spade.compile --config=configs/tiny.py --topology=v5p-8 \
       --config.compile.agent_rows=64
+  python -m spade.compile --config=configs/qwen3_4b_tpu.py --topology=v5p-32 \
+      --noupdate --nosamplers   # the slot engine's programs only
 
 For the named Cloud TPU slice (`spade.model.topology`: v5p-8, v5p-32, v5e-16,
 v6e-8, ...) it builds the slice's device list with libtpu's topology
@@ -16,6 +18,16 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     columns at a time, which creates the KV cache one call
                     needs (prompt + new tokens);
   {role} decode     one decode step on that cache (donated, as in the loop).
+  {role} slots prefill-insert, {role} slots generate
+                    the slot engine's programs (`spade.sampling.slots`,
+                    with `sampling.engine="slots"` or `--engine`):
+                    `sampling.prefill_rows` prompts written into
+                    `sampling.slots` slots of a `model.max_len` cache, and
+                    `sampling.decode_steps` tokens over every slot; for
+                    generate also the bytes accessed per generated token
+                    (`cost_analysis()`, one decode step) against the least
+                    a step must read, the weights and every slot's cache
+                    once (`*_slots_bytes_ratio=` in the last line).
 
 Per program it prints the per-device argument / output / temporary / peak
 memory (`memory_analysis()`) against the chip's HBM, and for the samplers
@@ -843,6 +855,12 @@ def _define_flags() -> None:
   flags.DEFINE_bool(
       "samplers", True, "Also compile each role's prefill and decode step."
   )
+  flags.DEFINE_bool(
+      "engine",
+      None,
+      "Also compile each role's slot-engine programs (prefill-insert,"
+      " generate); default: when config.sampling.engine is 'slots'.",
+  )
 
 
 def main(argv: list[str]) -> None:
@@ -851,9 +869,13 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   if f.config is None or not f.topology:
     sys.exit("spade.compile: --config and --topology are required")
-  if not (f.update or f.samplers):
+  engine = f.engine
+  if engine is None:
+    engine = f.config.sampling.engine == "slots"
+  if not (f.update or f.samplers or engine):
     sys.exit(
-        "spade.compile: --noupdate and --nosamplers leave nothing to compile"
+        "spade.compile: --noupdate, --nosamplers and --noengine leave nothing"
+        " to compile"
     )
   config = f.config
   try:
@@ -867,6 +889,7 @@ def main(argv: list[str]) -> None:
       config_name=f["config"].config_filename,
       update=f.update,
       samplers=f.samplers,
+      engine=engine,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)

@@ -121,3 +121,37 @@ def test_gemma3_tpu_reaches_every_size(arg):
   size = arg.split(",")[0]
   layers = {"1b": 26, "4b": 34, "12b": 48, "27b": 62}[size]
   assert c.model.num_layers == (2 if "runlocal" in arg else layers)
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "qwen3_4b,8x80gb",
+        "qwen3_8b,8x80gb",
+        "gemma3_27b,8x80gb",
+        "gemma3_4b,1x141gb",
+        "qwen3_8b,1x141gb",
+        "qwen3_4b,8x80gb,runlocal",
+        "gemma3_1b,1x141gb,runlocal",
+    ],
+)
+def test_gpu_configs_size_each_node(arg):
+  c = _load("gpu", arg)
+  config_lib.validate(c)
+  model, node = arg.split(",")[:2]
+  assert c.sampling.engine == "slots"
+  if "runlocal" in arg:
+    assert c.model.num_layers == 2 and c.sampling.slots % 8 == 0
+    return
+  # One node's devices: 8 GPUs, or one.
+  assert c.mesh.fsdp * c.mesh.tensor == (8 if node == "8x80gb" else 1)
+  assert c.sampling.slots % (8 if node == "8x80gb" else 1) == 0
+  # The TPU config's rollouts: the reference's 24 environments, 25 turns.
+  assert c.designer.num_envs == 24 and c.agent.max_turns == 25
+  big = model in ("gemma3_27b",) or (node == "1x141gb" and model == "qwen3_8b")
+  assert (c.optim.lora_rank > 0) == big
+
+
+def test_gpu_config_refuses_what_one_gpu_cannot_hold():
+  with pytest.raises(ValueError, match="does not fit one 141 GB GPU"):
+    _load("gpu", "gemma3_12b,1x141gb")
