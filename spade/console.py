@@ -5,7 +5,8 @@ off unless `spade.main --verbose` asks for them (`quiet`), and SPADE's own
 lines come from here, on process 0 only, through `tqdm.write` so they do not
 break the iteration bar.
 
-* `say(fmt, *args)`: one line.
+* `say(fmt, *args)`: one line; `refresh(fmt, *args)`: a progress line, rewritten
+  in place on a terminal.
 * `Ticker`: a long step's live line (a line at most every `every` seconds
   with the rate, rows and an ETA), then one closing line.
 * `first_compile(kind, shape)`: names a first compilation ("compiling the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging as py_logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -44,6 +46,20 @@ def say(fmt: str, *args) -> None:
   """Prints one `spade:` line on process 0."""
   if _process_zero():
     tqdm.tqdm.write("spade: " + (fmt % args if args else fmt), file=sys.stderr)
+
+
+def refresh(fmt: str, *args) -> None:
+  """A progress line: on a terminal it rewrites the line in place (the next
+  `say` or `refresh` replaces it); elsewhere (a log file) it is a line."""
+  if not _process_zero():
+    return
+  if not sys.stderr.isatty():
+    say(fmt, *args)
+    return
+  text = "spade: " + (fmt % args if args else fmt)
+  width = shutil.get_terminal_size((120, 20)).columns - 1
+  sys.stderr.write("\r" + text[:width] + "\x1b[K")
+  sys.stderr.flush()
 
 
 def quiet(verbose: bool = False) -> None:
@@ -131,7 +147,7 @@ class Ticker:
       parts.append(f"{live}/{rows} rows live")
     if self.total and rate > 0:
       parts.append(f"ETA {max(self.total - self.done, 0) / rate:.0f}s")
-    say("%s: %s", self.what, ", ".join(parts))
+    refresh("%s: %s", self.what, ", ".join(parts))
 
   def close(self, done: int | None = None, extra: str = "") -> float:
     """Prints "<what>: N unit in T s (R unit/s)"; returns the seconds."""
@@ -180,7 +196,7 @@ def heartbeat(what: str, every: float = 10.0) -> Iterator[None]:
 
   def beat():
     while not stop.wait(every):
-      say("%s: %.0fs so far", what, time.perf_counter() - start)
+      refresh("%s: %.0fs so far", what, time.perf_counter() - start)
 
   thread = threading.Thread(target=beat, daemon=True)
   thread.start()
