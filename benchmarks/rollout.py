@@ -1,6 +1,6 @@
 r"""The same multi-turn workload played lock-step and through the slot engine.
 
-  python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=16]
+  python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=4]
 
 The tiny model (configs/tiny.py's, random weights, float32, CPU), sampled
 at temperature 1 with no stop ids: every reply ends at its scripted length
@@ -8,14 +8,18 @@ at temperature 1 with no stop ids: every reply ends at its scripted length
 tokens and only the decode row-steps and the time differ.
 
 * Lock-step (today's rollout): the episodes are split into groups of at most
-  `--slots` (the rollout's two overlapped groups); each turn, one
+  `--lockstep_rows` (the rollout's two overlapped groups); each turn, one
   `Sampler` call per group holds its live episodes (padded to a power of
   two) and decodes until the group's longest reply ends. Each episode's KV
   cache is carried to its next turn (`Carry`, as `agent.carry_cache` does),
   and identical first prompts are prefilled once.
-* Slots: one `spade.sampling.slots.Engine` of `--slots` decode slots; an
-  episode's next turn is queued the moment its reply ends and continues
-  its slot's cache.
+* Slots: one `spade.sampling.slots.Engine` of `--slots` decode slots (well
+  below the episodes in flight, as a real rollout's slots are: 24 and 32
+  episodes here); an episode's next turn is queued the moment its reply
+  ends (`generate` returns as soon as a row ends) and continues its slot's
+  cache.
+
+Every request's PRNG key is derived before the clock starts, on both paths.
 
 Workloads (reply lengths, in tokens):
 
@@ -149,11 +153,14 @@ def _key(seed: int, episode: int, turn: int):
   )
 
 
-def play_lockstep(sampler, params, iterations, cap, slots, progress):
+def play_lockstep(sampler, params, iterations, cap, rows, progress):
   """(seconds, decode row-steps, tokens generated) playing lock-step."""
   seconds, row_steps, tokens = 0.0, 0, 0
+  turns = max(len(e.replies) for it in iterations for e in it)
+  groups = max(max(2, -(-len(it) // rows)) for it in iterations)
+  keys = {(g, t): _key(7, g, t) for g in range(groups) for t in range(turns)}
   for episodes in iterations:
-    n_groups = max(2, -(-len(episodes) // slots))
+    n_groups = max(2, -(-len(episodes) // rows))
     groups = [episodes[g::n_groups] for g in range(n_groups)]
     history = {e.key: list(e.prompt) for e in episodes}
     kept = {}  # group -> (output, {episode key: its row})
@@ -181,7 +188,7 @@ def play_lockstep(sampler, params, iterations, cap, slots, progress):
           prompts = [history[e.key][h:] for e, h in zip(todo, held)]
         t0 = time.perf_counter()
         out = sampler(
-            params, prompts, max_new_tokens=cap, rng=_key(7, g, turn),
+            params, prompts, max_new_tokens=cap, rng=keys[g, turn],
             temperature=1.0, row_max_new_tokens=limits, carry=carry,
             keep_cache=True,
         )  # fmt: skip
@@ -205,11 +212,12 @@ def play_slots(engine, params, iterations, progress):
     server = engine.start(params)
     by_key = {e.key: e for e in episodes}
     turn = {e.key: 0 for e in episodes}
+    keys = {(e.key, t): _key(9, e.key, t)
+            for e in episodes for t in range(len(e.replies))}  # fmt: skip
 
-    def request(e, prompt):
-      return slots_lib.Request(
-          e.key, prompt, e.replies[turn[e.key]], _key(9, e.key, turn[e.key])
-      )
+    def request(e, prompt, keys=keys, turn=turn):
+      t = turn[e.key]
+      return slots_lib.Request(e.key, prompt, e.replies[t], keys[e.key, t])
 
     def next_turn(res, server=server, by_key=by_key, turn=turn):
       e = by_key[res.request.key]
@@ -243,10 +251,11 @@ def play_slots(engine, params, iterations, progress):
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workloads", default="replay,synthetic")
-  parser.add_argument("--slots", type=int, default=16)
-  parser.add_argument("--decode_steps", type=int, default=16)
-  parser.add_argument("--prefill_chunk", type=int, default=64)
-  parser.add_argument("--prefill_rows", type=int, default=4)
+  parser.add_argument("--slots", type=int, default=4)
+  parser.add_argument("--lockstep_rows", type=int, default=16)
+  parser.add_argument("--decode_steps", type=int, default=32)
+  parser.add_argument("--prefill_chunk", type=int, default=16)
+  parser.add_argument("--prefill_rows", type=int, default=1)
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
   cfg = tiny.get_config().model
@@ -269,7 +278,7 @@ def main() -> None:
     for timed in (False, True):  # the first pass compiles
       tag = "timed" if timed else "compile"
       lock = play_lockstep(
-          sampler, params, iterations, cap, args.slots,
+          sampler, params, iterations, cap, args.lockstep_rows,
           Progress(f"{name} lock-step {tag}"),
       )  # fmt: skip
       slot = play_slots(

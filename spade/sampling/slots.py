@@ -15,11 +15,15 @@ steps), whatever the requests' lengths or arrival order):
   request's key; plus one clock.
 * `prefill_insert`: up to `prefill_rows` requests' prompts (or, for a
   returning episode, only the tokens after the history its slot still holds)
-  are written `prefill_chunk` columns at a time into a scratch cache, their
-  first tokens drawn, and their rows inserted into free slots.
-* `generate`: `decode_steps` tokens over every slot (a `lax.while_loop`
-  that stops early once no slot is live); a finished row stops emitting at
-  once and its slot is free for the host to refill.
+  are written `prefill_chunk` columns at a time into their destination
+  slots' rows (sliced out of the decode state, not gathered), their first
+  tokens drawn, and the rows written back in place (`dynamic_update_slice`
+  into the donated state, not a scatter). Only the columns of the prompt's
+  chunks run; attention still reads each row's whole cache.
+* `generate`: up to `decode_steps` tokens over every slot (a
+  `lax.while_loop` that stops once no slot is live, or, when the host asks,
+  as soon as a row ends, so its slot is refilled at once); a finished row
+  stops emitting at once and its slot is free for the host to refill.
 
 Time and positions. Every slot writes its step-t key at cache time t (the
 clock, one scalar: one compiled step serves every slot), so a global layer's
@@ -47,18 +51,21 @@ request takes it. A request whose `key` names that episode, whose prompt
 extends that history, and that arrives while the history is intact (the
 clock has not lapped it: dead writes have not reached it) continues it:
 the slot's row is rolled in time so the history ends where the new
-tokens begin, and only the tokens after it are prefilled, at positions that
+tokens begin (a slice of the row doubled, not a gather), and only the tokens after it are prefilled, at positions that
 continue it. Otherwise the whole prompt is prefilled again. Ring-buffer
 (sliding-window) models always re-prefill: the dead writes of a parked slot
 evict its window (`Engine.can_continue`).
 
 Host side (`Server`, made by `Engine.start(params)`): a request queue;
 each `step()` fills free slots, runs one `generate`, and hands back the
-requests that ended. With `carry_first` (the default) a returning episode
+requests that ended; the `generate` returns as soon as a row ends when
+requests are queued (or `step(early=True)`; `run` with an `on_result`
+asks for it, since the callback may queue the episode's next turn). With `carry_first` (the default) a returning episode
 that can continue its own free slot is served before the queue's head;
 otherwise first come, first served, and with more episodes than slots their
 histories are evicted. Counters: `decode_row_steps` (slots x steps that
-ran, live or not, plus the rows of every prefill's first-token draw) and
+ran, live or not, plus the `prefill_rows` rows of every prefill's
+first-token draw, fillers included) and
 `tokens_generated`;
 `padding_ratio = decode_row_steps / tokens_generated`. `lockstep_row_steps`
 counts a lock-step `SampleOutput` the same way.
@@ -175,9 +182,9 @@ class Engine:
     prefill_chunk: prompt columns per prefill step (0: the whole cache
       length at once); `cache_length` must be a multiple of it.
     prefill_rows: requests one prefill writes (a multiple of the mesh's
-      batch shards); identical fresh prompts among them are prefilled once.
-    decode_steps: tokens per `generate` call (the host refills slots
-      between calls).
+      batch shards); a call with fewer runs filler rows, written nowhere.
+    decode_steps: the most tokens per `generate` call (the host refills
+      slots between calls; see `Server.step` for returning early).
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and logical axis rules (as for `Sampler`).
   """
@@ -299,35 +306,37 @@ class Engine:
     )
 
   def _prefill_insert(self, params, state, rows, reqs):
-    """Prefills `rows` (per scratch row: tokens int32[K, C] right-aligned,
-    lengths, base positions, source slot (-1: fresh) and its time shift)
-    and inserts `reqs` (per request: its scratch row, destination slot
-    (slots: none), key data, limit) into the state."""
+    """Prefills `rows` (per row: tokens int32[K, C] right-aligned, lengths,
+    base positions, whether it continues its slot's history and that
+    history's time shift; and the first chunk to run) into the slots
+    `reqs` names (per row: destination slot (slots: none), key data,
+    limit), in place."""
     self.traces["prefill_insert"] += 1
     c, chunk = self.cache_length, self.chunk
-    tokens, lengths, base, src, shift, first = rows
-    take, dst, keys, limits = reqs
+    tokens, lengths, base, cont, shift, first = rows
+    dst, keys, limits = reqs
     k = tokens.shape[0]
     clock = state["clock"]
     row_axes, slot_axes = self._row_axes, self._slot_axes
+    valid = dst < self.slots
+    at = jnp.minimum(dst, self.slots - 1)
 
     def start(x_state, x_fresh, spec, t):
-      # The source slots' rows, rolled `shift` steps later in time; fresh
-      # rows (src -1) take the empty cache.
-      y = jnp.take(_split(x_state, spec), jnp.maximum(src, 0), axis=spec[0])
-      if t is not None:
-        t += 1  # the rows' axis was split in two before it
-        size = y.shape[t]
-        idx_shape = [1] * y.ndim
-        idx_shape[spec[0]], idx_shape[t] = k, size
-        idx = (jnp.arange(size)[None, :] - shift[:, None]) % size
-        y = jnp.take_along_axis(
-            y, jnp.broadcast_to(idx.reshape(idx_shape), y.shape), axis=t
+      # Each destination slot's row (a slice, not a gather), its history
+      # rolled `shift` steps later in time (a continued row: a slice of the
+      # row doubled, not a gather); fresh rows take the empty cache.
+      axis, per_row = spec
+      parts = []
+      for r in range(k):
+        y = jax.lax.dynamic_slice_in_dim(
+            x_state, at[r] * per_row, per_row, axis=axis
         )
-      keep_shape = [1] * y.ndim
-      keep_shape[spec[0]] = k
-      y = jnp.where((src >= 0).reshape(keep_shape), y, _split(x_fresh, spec))
-      return _merge(y, spec)
+        if t is not None:
+          y = jnp.roll(y, shift[r], axis=t)
+        fresh = jax.lax.slice_in_dim(x_fresh, r * per_row, (r + 1) * per_row,
+                                     axis=axis)  # fmt: skip
+        parts.append(jnp.where(cont[r], y, fresh))
+      return jnp.concatenate(parts, axis=axis)
 
     cache = jax.tree.map(
         start, state["cache"], self.init_cache(k, c), row_axes, slot_axes
@@ -360,22 +369,31 @@ class Engine:
     logits, cache = jax.lax.fori_loop(first, c // chunk, one, (logits, cache))
 
     rng = jax.vmap(lambda d: jax.random.fold_in(jax.random.wrap_key_data(d), 0))
-    tok, logp = self._draw(rng(keys), logits[take])
+    tok, logp = self._draw(rng(keys), logits)
     stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
     hit = jnp.any(tok[:, None] == stops[None, :], -1)
     live = ~hit & (limits > 1)
 
     def insert(x_state, x_new, spec):
-      y = jnp.take(_split(x_new, spec), take, axis=spec[0])
-      z = _split(x_state, spec)
-      index = (slice(None),) * spec[0] + (dst,)
-      return _merge(z.at[index].set(y, mode="drop"), spec)
+      # Row by row, in place in the (donated) state; a filler row (no
+      # destination) writes back what its slot holds.
+      axis, per_row = spec
+      for r in range(k):
+        new = jax.lax.slice_in_dim(x_new, r * per_row, (r + 1) * per_row,
+                                   axis=axis)  # fmt: skip
+        old = jax.lax.dynamic_slice_in_dim(
+            x_state, at[r] * per_row, per_row, axis=axis
+        )
+        x_state = jax.lax.dynamic_update_slice_in_dim(
+            x_state, jnp.where(valid[r], new, old), at[r] * per_row, axis=axis
+        )
+      return x_state
 
     new = dict(state)
     new["cache"] = jax.tree.map(insert, state["cache"], cache, row_axes)
     put = lambda name, v: new[name].at[dst].set(v, mode="drop")
     new["last"] = put("last", tok)
-    new["pos"] = put("pos", base[take] + lengths[take])
+    new["pos"] = put("pos", base + lengths)
     new["gen"] = put("gen", jnp.ones_like(tok))
     new["limit"] = put("limit", limits)
     new["live"] = put("live", live)
@@ -383,10 +401,11 @@ class Engine:
     new["keys"] = new["keys"].at[dst].set(keys, mode="drop")
     return new, self._everywhere((tok, logp, live, hit))
 
-  def _generate(self, params, state):
-    """`decode_steps` tokens over every slot; returns the new state and
-    (tokens int32[S, n], logprobs float32[S, n], tokens each slot emitted,
-    steps that ran)."""
+  def _generate(self, params, state, early):
+    """Up to `decode_steps` tokens over every slot, stopping once no slot is
+    live, or, with `early` (a bool scalar: no recompile), once a slot ends;
+    returns the new state and (tokens int32[S, n], logprobs float32[S, n],
+    tokens each slot emitted, live, hit, steps that ran)."""
     self.traces["generate"] += 1
     s, n = self.slots, self.decode_steps
     stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
@@ -394,9 +413,12 @@ class Engine:
         lambda d, j: jax.random.fold_in(jax.random.wrap_key_data(d), j)
     )
 
+    started = state["live"]
+
     def cond(carry):
       i, st, _, _ = carry
-      return (i < n) & jnp.any(st["live"])
+      ended = jnp.any(started & ~st["live"])
+      return (i < n) & jnp.any(st["live"]) & ~(early & ended)
 
     def body(carry):
       i, st, toks, lps = carry
@@ -545,26 +567,39 @@ class Server:
       self,
       requests: Sequence[Request] = (),
       on_result: Callable[[Result], None] | None = None,
+      early: bool | None = None,
   ) -> list[Result]:
     """Serves until the queue is empty and no slot is live; `on_result`
-    may `submit` more (an episode's next turn). Returns every result."""
+    may `submit` more (an episode's next turn). Returns every result.
+    `early` as for `step`; by default True with an `on_result` (it may
+    queue the ended episode's next turn at once)."""
     for r in requests:
       self.submit(r)
+    if early is None and on_result is not None:
+      early = True
     done = []
     while self.queue or self.live:
-      for res in self.step():
+      for res in self.step(early):
         done.append(res)
         if on_result is not None:
           on_result(res)
     return done
 
-  def step(self) -> list[Result]:
+  def step(self, early: bool | None = None) -> list[Result]:
     """Fills free slots from the queue, then runs one `generate`; returns
-    the requests that ended."""
+    the requests that ended.
+
+    Args:
+      early: end the `generate` as soon as a row ends (so its slot is
+        refilled at once) instead of after `decode_steps`; by default, when
+        requests are waiting in the queue.
+    """
     t0 = time.perf_counter()
     done = self._fill()
+    if early is None:
+      early = bool(self.queue)
     if self.live:
-      done += self._generate()
+      done += self._generate(early)
     self.seconds += time.perf_counter() - t0
     return done
 
@@ -651,26 +686,19 @@ class Server:
       if all(fits):
         break
       carry = [cont and ok for cont, ok in zip(carry, fits)]
-    rows, index = [], {}
-    take = []
-    for (r, s), cont, n in zip(picked, carry, todo):
+    rows = []
+    for (r, s), cont in zip(picked, carry):
       slot = self.slots[s]
       if cont:
-        shift = (self.clock - width) - slot.end
-        row = (tuple(r.prompt[len(slot.history) :]), len(slot.history), s,
-               shift)  # fmt: skip
+        row = (r.prompt[len(slot.history) :], len(slot.history), True,
+               (self.clock - width) - slot.end)  # fmt: skip
         self.requests_carried += 1
         self.tokens_carried += len(slot.history)
       else:
-        row = (tuple(r.prompt), 0, -1, 0)
-      # Identical fresh prompts are prefilled once.
-      key = row if not cont else (row, len(rows))
-      if key not in index:
-        index[key] = len(rows)
-        rows.append(row)
-      take.append(index[key])
-    filler = k - len(rows)
-    rows += [rows[0]] * filler
+        row = (r.prompt, 0, False, 0)
+      rows.append(row)
+    m = len(picked)
+    rows += [rows[0]] * (k - m)  # fillers, written nowhere
     tokens = np.full((k, c), eng.pad_id, np.int32)
     for i, (toks, _, _, _) in enumerate(rows):
       tokens[i, c - len(toks) :] = toks
@@ -678,15 +706,13 @@ class Server:
         tokens,
         np.asarray([len(t) for t, _, _, _ in rows], np.int32),
         np.asarray([b for _, b, _, _ in rows], np.int32),
-        np.asarray([s for _, _, s, _ in rows], np.int32),
+        np.asarray([cont for _, _, cont, _ in rows], bool),
         np.asarray([sh for _, _, _, sh in rows], np.int32),
         np.int32((c - width) // chunk),
     )
-    m = len(picked)
     keys = np.zeros((k, 2), np.uint32)
     keys[:m] = [np.asarray(jax.random.key_data(r.rng)) for r, _ in picked]
     reqs = (
-        np.asarray(take + [0] * (k - m), np.int32),
         np.asarray([s for _, s in picked] + [eng.slots] * (k - m), np.int32),
         keys,
         np.asarray(
@@ -721,10 +747,11 @@ class Server:
         done.append(self._end(s, bool(hit[i]), self.clock))
     return done
 
-  def _generate(self) -> list[Result]:
+  def _generate(self, early: bool) -> list[Result]:
     eng = self.engine
-    _, _, _, generate = eng._programs  # pylint: disable=protected-access
-    self.state, out = eng._call(generate, self.params, self.state)
+    _, _, _, generate = eng._programs
+    self.state, out = eng._call(generate, self.params, self.state,
+                                np.bool_(early))  # fmt: skip
     toks, lps, emitted, live, hit, steps = jax.device_get(out)
     steps = int(steps)
     self.generate_calls += 1

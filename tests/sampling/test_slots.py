@@ -287,3 +287,29 @@ def test_sharded_engine_samples_what_one_device_samples(ring):
         res.logprobs, ref[res.request.key].logprobs, atol=1e-5
     )
   assert engine.traces["generate"] == 1
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_generate_returns_as_soon_as_a_row_ends_when_asked(ring, early):
+  """Two slots, three decode steps a call: the 2-token request ends after
+  one step; with `early` the call returns then (its slot is refilled at
+  once), else it runs on for the call's three steps. Either way each
+  request samples what it samples alone, and the row-steps add up."""
+  cfg, params = ring
+  engine = _engine(cfg, temperature=1.0)
+  server = engine.start(params)
+  short, long, late = _requests(PROMPTS[:3], [2, 8, 3], seed=5)
+  server.submit(short)
+  server.submit(long)
+  (first,) = server.step(early=early)
+  assert first.request.key == short.key
+  assert server.clock == engine.cache_length + (1 if early else 3)
+  assert server.decode_row_steps == 2 + engine.slots * (1 if early else 3)
+  results = [first] + server.run([late], early=early)
+  assert sorted(r.request.key for r in results) == [0, 1, 2]
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, 1.0)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+  steps = server.decode_row_steps - server.prefill_calls
+  assert steps == engine.slots * (server.clock - engine.cache_length)
