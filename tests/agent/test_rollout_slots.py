@@ -49,6 +49,87 @@ class SeedExecutor:
       self.envs.pop(i, None)
 
 
+class FakeServer:
+  """A `TurnServer` whose reply to a prompt takes `rounds(key, turn)`
+  rounds; the reply plays +1 when the prompt shows the hint."""
+
+  def __init__(self, rounds):
+    self.rounds = rounds
+    self.queue = []  # [key, turn, prompt, rounds left]
+    self.log = []  # (round, event, key, turn)
+    self.round = 0
+    self.decode_row_steps = self.tokens_generated = 0
+
+  @property
+  def busy(self):
+    return bool(self.queue)
+
+  def submit(self, key, prompt, seed, turn):
+    del seed
+    self.log.append((self.round, "submit", key, turn))
+    self.queue.append([key, turn, prompt, self.rounds(key, turn)])
+
+  def step(self):
+    self.round += 1
+    self.decode_row_steps += 4
+    out, left = [], []
+    for item in self.queue:
+      item[3] -= 1
+      if item[3] > 0:
+        left.append(item)
+        continue
+      key, turn, prompt, _ = item
+      text = "".join(chr(i) for i in prompt)
+      action = "\\boxed{+1}" if "always +1" in text else "\\boxed{wait}"
+      self.tokens_generated += 3
+      self.log.append((self.round, "end", key, turn))
+      out.append((key, [1, 2, 3], [-0.5] * 3, action))
+    self.queue = left
+    return out
+
+
+def test_an_episode_does_not_wait_for_another_episodes_long_reply():
+  from tests.agent import test_rollout as lockstep  # pylint: disable=g-import-not-at-top
+
+  specs = [
+      rollout.EpisodeSpec(0, "src", s, hint, s)
+      for s in (0, 1)
+      for hint in (None, rollout.ENV_HINT)
+  ]
+  # Episode 0's replies take 9 rounds, the others' one.
+  server = FakeServer(lambda key, turn: 9 if key == 0 else 1)
+  episodes, stats = rollout.run_episodes(
+      specs, server, lockstep.FakeExecutor(), lockstep.render, max_turns=6,
+      max_context=10_000, seed=0,
+  )  # fmt: skip
+  want, _ = rollout.run_episodes(
+      specs, lockstep.hinted_sampler, lockstep.FakeExecutor(),
+      lockstep.render, max_turns=6, max_context=10_000, seed=0,
+  )  # fmt: skip
+  # The same episodes as lock-step: hints, turn limits, returns.
+  for a, b in zip(want, episodes):
+    assert [t.observation for t in a.turns] == [t.observation for t in b.turns]
+    assert a.episode_return() == b.episode_return() and a.hint == b.hint
+    assert (a.terminated, a.truncated) == (b.terminated, b.truncated)
+  by = {(e.sample, e.hinted): e for e in episodes}
+  assert by[1, True].won and len(by[1, True].turns) == 4
+  assert not by[0, False].won and len(by[0, False].turns) == 6
+  # Episode 1 (hinted, reach 3) played all its 3 turns while episode 0's
+  # first reply was still decoding (rounds 1-9): nobody waited.
+  ends = {(k, t): r for r, e, k, t in server.log if e == "end"}
+  assert by[0, True].won and len(by[0, True].turns) == 3
+  assert ends[1, 2] < ends[0, 0] == 9
+  # A reply ending in round r is stepped during round r + 1 (or at once
+  # when nothing else decodes) and its next turn queued after it: a fixed
+  # order, the same on every process.
+  submits = {(k, t): r for r, e, k, t in server.log if e == "submit"}
+  for (k, t), r in ends.items():
+    if (k, t + 1) in submits:
+      assert submits[k, t + 1] in (r, r + 1), (k, t)
+  assert stats.decode_row_steps == server.decode_row_steps > 0
+  assert stats.tokens_generated == stats.tokens_sampled
+
+
 @pytest.fixture(scope="module")
 def engine():
   config = tiny.get_config("smoke")
