@@ -157,6 +157,7 @@ def _play(engine, sampler, specs):
   )
 
 
+@pytest.mark.slow
 def test_an_episode_through_the_slots_sees_what_lockstep_sees(engine):
   source = library.get_program("mastermind").source
   specs = [
@@ -195,6 +196,7 @@ def test_an_episode_through_the_slots_sees_what_lockstep_sees(engine):
   assert slot_stats.decode_row_steps == server.decode_row_steps
 
 
+@pytest.mark.slow
 def test_design_prompts_through_the_slots_sample_what_lockstep_samples(
     engine,
 ):
