@@ -153,14 +153,14 @@ def _key(seed: int, episode: int, turn: int):
   )
 
 
-def play_lockstep(sampler, params, iterations, cap, rows, progress):
+def play_lockstep(sampler, params, iterations, cap, group_rows, progress):
   """(seconds, decode row-steps, tokens generated) playing lock-step."""
   seconds, row_steps, tokens = 0.0, 0, 0
   turns = max(len(e.replies) for it in iterations for e in it)
-  groups = max(max(2, -(-len(it) // rows)) for it in iterations)
+  groups = max(max(2, -(-len(it) // group_rows)) for it in iterations)
   keys = {(g, t): _key(7, g, t) for g in range(groups) for t in range(turns)}
   for episodes in iterations:
-    n_groups = max(2, -(-len(episodes) // rows))
+    n_groups = max(2, -(-len(episodes) // group_rows))
     groups = [episodes[g::n_groups] for g in range(n_groups)]
     history = {e.key: list(e.prompt) for e in episodes}
     kept = {}  # group -> (output, {episode key: its row})
