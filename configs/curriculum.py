@@ -35,14 +35,14 @@ def get_config(arg=None):
   c = config_lib.base_config()
   c.num_iterations = 12
   c.mesh.data = 1
-  c.model.max_len = 768  # a 64-token prompt and a ~620-byte program
+  c.model.max_len = 512  # the prompt's tail and a ~410-byte program
   c.train.mode = "spade"
   c.train.checkpoint_every = 1000  # the final one only
   c.train.save_episodes = False
   # The designer learns the family's programs (every level, two tags per
   # variant) before self-play; the agent learns nothing from them.
   c.train.warm_start_dir = microworld.TRAIN_DIR
-  c.train.warm_start_steps = 80
+  c.train.warm_start_steps = 240
   c.train.warm_start_batch = 8
   # Designs that fail validation are topped up from the uniform pool, so
   # every arm plays designer.num_envs environments an iteration.
@@ -57,7 +57,7 @@ def get_config(arg=None):
   c.designer.skills_per_regen = 1
   c.designer.hint_source = "program"  # hinted plays call the program's hint()
   c.designer.max_prompt_tokens = 64
-  c.designer.max_new_tokens = 720
+  c.designer.max_new_tokens = 440
   c.designer.num_envs = 8
   c.designer.samples_per_prompt = 8
   c.designer.max_attempts = 2
@@ -73,7 +73,8 @@ def get_config(arg=None):
   # would leave it almost no reward to learn from.
   c.agent.unfinished_reply = "step"
   c.agent.max_new_tokens = 8
-  c.agent.max_context = 256
+  # Room for a designed program's own hint() text (up to a program's length).
+  c.agent.max_context = 504
   c.agent.episodes_per_env = 8
   c.agent.hint_episodes_per_env = 8
   c.sandbox.num_sandboxes = 1

@@ -5,7 +5,7 @@ A levelled family (`spade.environments.levels`, registered as
 model to write whole and to learn to play in minutes on a CPU
 (docs/curriculum.md, experiments/curriculum.py). The program at level L
 pays 1 when the agent's reply starts with L digits and 0 otherwise; L is
-the constant `DIGITS = L` on the program's first code line, so the
+the constant `D = L` on the program's first line, so the
 designer sets the difficulty by writing one character.
 
 Why a curriculum matters here: a random byte policy types a digit about 4%
@@ -20,7 +20,11 @@ and the one above it.
 `hint()` types the first digit for the player (level L then needs L - 1;
 at level 1, where that would solve it, it lets the digit come second), so
 the hinted play of level L is about as hard as level L - 1: hint regret is
-large at the level just above the agent's frontier and small elsewhere.
+large at the level just above the agent's frontier and small elsewhere. Its
+text is empty: the tiny agent cannot read a hint, and any text added to its
+prompt changes its replies more than the hint helps (a probe with "One
+digit is typed for you." measured hinted returns at or below unhinted ones);
+the hint acts through the environment the hinted episode plays.
 
 The variant's name and tag (letters from the seed) appear in the
 observation, so that programs of the same level differ and the archive's
@@ -48,35 +52,28 @@ HELDOUT_DIR = os.path.join(POOL_DIR, "heldout")
 TRAIN_SEEDS = (0, 1)
 HELDOUT_SEED = 1000
 
-_TEMPLATE = '''DIGITS = {level}
-TAG = "{name} {tag}"
+_TEMPLATE = """D = {level}
+T = "{name} {tag}"
 
 
 class DigitLockEnv:
-  """Reply with DIGITS digits in a row to win."""
+ def reset(s, seed=None):
+  s.n, s.o = D, 0
+  return f"Open the {{T}}: type {{D}} digits.", {{}}
 
-  def __init__(self, max_turns=1, **kwargs):
-    self.reset()
+ def hint(s):
+  s.n, s.o = max(1, D - 1), int(D < 2)
+  return ""
 
-  def reset(self, seed=None):
-    self.need, self.skip = DIGITS, 0
-    return f"Open the {{TAG}}: type {{DIGITS}} digits.", {{}}
+ def step(s, a):
+  w = any(a[i:i + s.n].isdigit() and len(a) >= i + s.n for i in range(s.o + 1))
+  return "Done.", float(w), True, False, {{}}
 
-  def hint(self):
-    self.need, self.skip = max(1, DIGITS - 1), int(DIGITS == 1)
-    return "One digit is typed for you."
+ def solution(s):
+  return ["7" * D]
+"""
 
-  def step(self, action):
-    a = str(action)
-    ok = any(a[s:s + self.need].isdigit() and len(a) >= s + self.need
-             for s in range(self.skip + 1))
-    return "Done.", float(ok), True, False, {{}}
-
-  def solution(self):
-    return ["7" * DIGITS]
-'''
-
-_LEVEL_LINE = re.compile(r"^DIGITS = (\d+)\s*$", re.MULTILINE)
+_LEVEL_LINE = re.compile(r"^D = (\d+)\s*$", re.MULTILINE)
 
 
 def tag(seed: int) -> str:
@@ -96,7 +93,7 @@ def program(name: str, level: int, seed: int) -> str:
 
 
 def level_of(source: str) -> int | None:
-  """The level a program's text sets (`DIGITS = L`), or None if none."""
+  """The level a program's text sets (`D = L`), or None if none."""
   m = _LEVEL_LINE.search(source or "")
   return int(m.group(1)) if m else None
 

@@ -1,26 +1,19 @@
-DIGITS = 5
-TAG = "safe wnw"
+D = 5
+T = "safe wnw"
 
 
 class DigitLockEnv:
-  """Reply with DIGITS digits in a row to win."""
+ def reset(s, seed=None):
+  s.n, s.o = D, 0
+  return f"Open the {T}: type {D} digits.", {}
 
-  def __init__(self, max_turns=1, **kwargs):
-    self.reset()
+ def hint(s):
+  s.n, s.o = max(1, D - 1), int(D < 2)
+  return ""
 
-  def reset(self, seed=None):
-    self.need, self.skip = DIGITS, 0
-    return f"Open the {TAG}: type {DIGITS} digits.", {}
+ def step(s, a):
+  w = any(a[i:i + s.n].isdigit() and len(a) >= i + s.n for i in range(s.o + 1))
+  return "Done.", float(w), True, False, {}
 
-  def hint(self):
-    self.need, self.skip = max(1, DIGITS - 1), int(DIGITS == 1)
-    return "One digit is typed for you."
-
-  def step(self, action):
-    a = str(action)
-    ok = any(a[s:s + self.need].isdigit() and len(a) >= s + self.need
-             for s in range(self.skip + 1))
-    return "Done.", float(ok), True, False, {}
-
-  def solution(self):
-    return ["7" * DIGITS]
+ def solution(s):
+  return ["7" * D]
