@@ -20,7 +20,12 @@ only the designer learns:
                are played with an empty hint, the program's `hint()` never
                asked): every design earns ~0, no signal.
 
-  python tests/learning/test_curriculum.py   # prints the figures
+  python experiments/curriculum_check.py             # all four, the checks
+  python experiments/curriculum_check.py blend negated
+
+It prints each run's figures and exits 1 when a check fails. It is not yet
+in the test suite: its thresholds come from a single run (docs/curriculum.md
+gives the figures), and the hint check does not hold for this agent.
 """
 
 from __future__ import annotations
@@ -34,11 +39,8 @@ import time
 import types
 
 import numpy as np
-import pytest
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENT_LEVELS = (1, 2)  # the agent's warm start: its frontier
 AGENT_STEPS = 60
 DESIGNER_STEPS = 240
@@ -142,38 +144,47 @@ def run(variant: str, seed: int = 0, iterations: int = ITERATIONS) -> dict:
   }
 
 
-def test_blend_moves_designs_toward_the_frontier_and_negated_does_not():
-  blend, negated = run("blend"), run("negated")
-  # 8 designs an iteration: the share at the target level over the last two.
-  assert blend["target_share_late"] > blend["target_share_first"] + 0.1, blend
-  assert (
-      negated["target_share_late"] < negated["target_share_first"] + 0.05
-  ), negated
-  assert blend["target_share_late"] > negated["target_share_late"] + 0.15
+def check_blend_against_negated(blend: dict, negated: dict) -> list[str]:
+  """Failures of: the blend moves designs to the level above the frontier
+  (8 designs an iteration: the share there over the last two iterations),
+  the negated reward does not."""
+  failures = []
+  if not blend["target_share_late"] > blend["target_share_first"] + 0.1:
+    failures.append(f"blend did not move to the frontier: {blend}")
+  if not negated["target_share_late"] < negated["target_share_first"] + 0.05:
+    failures.append(f"negated moved to the frontier: {negated}")
+  if not blend["target_share_late"] > negated["target_share_late"] + 0.15:
+    failures.append("blend not above negated")
+  return failures
 
 
-@pytest.mark.xfail(
-    reason=(
-        "measured 2026-12-02: with and without the hint the regret was the"
-        " same, 0.078 and 0.016 over two iterations: this warm-started agent"
-        " replies with a run of 7s or with junk, and typing one digit for it"
-        " changes the outcome only of replies exactly one digit short"
-    ),
-    strict=False,
-)
-def test_pure_regret_needs_the_hint():
-  with_hint, no_hint = run("regret"), run("no_hint")
-  # Regret is max(0, hinted - unhinted) per environment: without the hint
-  # only sampling noise makes it > 0.
-  assert np.mean(with_hint["regret"]) > 2 * np.mean(no_hint["regret"]), (
-      with_hint,
-      no_hint,
-  )
-  assert np.mean(with_hint["regret"]) > 0.05, with_hint
+def check_regret_needs_the_hint(with_hint: dict, no_hint: dict) -> list[str]:
+  """Failures of: pure regret (max(0, hinted - unhinted) per environment)
+  has signal with the hint and only sampling noise without it."""
+  failures = []
+  if not np.mean(with_hint["regret"]) > 2 * np.mean(no_hint["regret"]):
+    failures.append(f"regret without the hint as large: {no_hint}")
+  if not np.mean(with_hint["regret"]) > 0.05:
+    failures.append(f"no regret with the hint: {with_hint}")
+  return failures
+
+
+def main(variants) -> int:
+  sys.path.insert(0, ROOT)
+  t0 = time.time()
+  out = {}
+  for v in variants:
+    out[v] = run(v)
+    print(v, out[v], f"({time.time() - t0:.0f} s)", flush=True)
+  failures = []
+  if "blend" in out and "negated" in out:
+    failures += check_blend_against_negated(out["blend"], out["negated"])
+  if "regret" in out and "no_hint" in out:
+    failures += check_regret_needs_the_hint(out["regret"], out["no_hint"])
+  for f in failures:
+    print("FAILED:", f, flush=True)
+  return 1 if failures else 0
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, ROOT)
-  t0 = time.time()
-  for v in sys.argv[1:] or ("blend", "negated", "regret", "no_hint"):
-    print(v, run(v), f"({time.time() - t0:.0f} s)", flush=True)
+  sys.exit(main(sys.argv[1:] or ("blend", "negated", "regret", "no_hint")))
