@@ -495,7 +495,17 @@ def run_episodes(
 
   def prompt_for(ep):
     """The prompt ids of ep's next reply and whether they extend ep.seq;
-    None when a later prompt no longer fits and `full_context` is "end"."""
+    None when a later prompt no longer fits and `full_context` is "end", or
+    when the environment's own words (its hint) cannot fit the prompt at
+    all: that episode fails as the environment's fault, not the run."""
+    try:
+      return _prompt_for(ep)
+    except ValueError as e:
+      ep.done, ep.env_failed = True, True
+      ep.error = f"prompt: {e}"
+      return None
+
+  def _prompt_for(ep):
     messages = messages_of(ep, ep.turns)
     if extend is not None and not ep.turns:
       ids = prompts_lib.truncate_messages(messages, render, max_context)

@@ -164,6 +164,25 @@ def test_broken_env_and_crash_are_recorded():
   assert episodes[0].env_failed and episodes[1].env_failed
 
 
+def test_a_hint_too_long_for_the_prompt_fails_its_episode_not_the_run():
+  specs = [
+      rollout.EpisodeSpec(0, "src", 0, "x" * 5000),  # a junk written hint
+      rollout.EpisodeSpec(0, "src", 0, None),
+  ]
+  episodes, _ = rollout.run_episodes(
+      specs,
+      hinted_sampler,
+      FakeExecutor(),
+      render,
+      max_turns=2,
+      max_context=200,
+      seed=0,
+  )
+  assert episodes[0].env_failed and not episodes[0].turns
+  assert episodes[0].error.startswith("prompt: the chat format and hint")
+  assert not episodes[1].env_failed and len(episodes[1].turns) == 2
+
+
 def test_sandbox_time_hides_behind_sampling():
   def slow_sampler(prompts_ids, seed, keys=None):
     time.sleep(0.05)
