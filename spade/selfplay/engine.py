@@ -233,14 +233,18 @@ class Engine:
     )
     return [(o.token_ids, o.logprobs, o.text) for o in out]
 
-  def slot_engine(self, role: str, temperature: float) -> slots.Engine:
-    """The slot engine of one role and temperature (compiled once per run):
-    `config.sampling.slots` decode slots of a `model.max_len` cache, each
-    size rounded up to a multiple of the mesh's batch shards."""
-    name = (role, float(temperature))
+  def slot_engine(
+      self, role: str, temperature: float, num_slots: int = 0
+  ) -> slots.Engine:
+    """The slot engine of one role and temperature (compiled once per run
+    and size): `num_slots` (default `config.sampling.slots`) decode slots of
+    a `model.max_len` cache, each size rounded up to a multiple of the
+    mesh's batch shards."""
+    c = self.config
+    shards = self.generator.batch_shards
+    num_slots = shapes.round_up(num_slots or c.sampling.slots, shards)
+    name = (role, float(temperature), num_slots)
     if name not in self._slot_engines:
-      c = self.config
-      shards = self.generator.batch_shards
       fns = transformer.sampling_fns(
           self.generator.model_config, transformer.Role.of(role)
       )
@@ -248,10 +252,12 @@ class Engine:
           *fns,
           pad_id=int(self.tokenizer.pad_id),
           stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
-          slots=shapes.round_up(c.sampling.slots, shards),
+          slots=num_slots,
           cache_length=c.model.max_len,
           prefill_chunk=c.sampling.prefill_chunk,
-          prefill_rows=shapes.round_up(c.sampling.prefill_rows, shards),
+          prefill_rows=shapes.round_up(
+              min(c.sampling.prefill_rows, num_slots), shards
+          ),
           decode_steps=c.sampling.decode_steps,
           temperature=float(temperature),
           top_k=c.sampling.top_k,
@@ -273,7 +279,14 @@ class Engine:
           " prompts to the role's prompt budget first, or lower"
           " max_new_tokens"
       )
-    engine = self.slot_engine(role, temperature)
+    # A one-shot call (designs, hints) has no queue to refill slots from:
+    # its slots are its prompts (a power of two, at most sampling.slots), so
+    # a step does not decode empty slots.
+    engine = self.slot_engine(
+        role,
+        temperature,
+        min(shapes.bucket(len(prompts)), self.config.sampling.slots),
+    )
     server = TextServer(
         engine.start(self.state.params), self.tokenizer, max_new_tokens
     )
@@ -283,13 +296,21 @@ class Engine:
       console.first_compile(
           f"the {role} slot engine",
           (engine.slots, engine.cache_length),
-          "slots x cache length, once per run",
+          "slots x cache length, once per shape",
       )
     out = [None] * len(prompts)
-    with console.heartbeat(progress or f"{role} sampling"):
-      while server.busy:
-        for key, ids, lps, txt in server.step():
-          out[key] = (ids, lps, txt)
+    ticker = console.Ticker(
+        progress or f"{role} sampling", total=len(prompts) * max_new_tokens
+    )
+    while server.busy:
+      for key, ids, lps, txt in server.step():
+        out[key] = (ids, lps, txt)
+      ticker.update(
+          server.tokens_generated,
+          live=server.server.live + len(server.server.queue),
+          rows=len(prompts),
+      )
+    ticker.close(server.tokens_generated, f", {len(prompts)} rows")
     return out
 
   def prefill_counts(self) -> tuple[int, int, int]:
