@@ -54,6 +54,10 @@ def get_config(arg=None):
     c.agent.episodes_per_env = 4
     c.agent.max_turns = 2
     c.agent.max_new_tokens = 8
+    # A random byte model seldom ends a reply within 8 tokens: under the
+    # reference's rule (an unfinished reply ends the episode unstepped) it
+    # would never be paid, so its replies are stepped as they are (ours).
+    c.agent.unfinished_reply = "step"
     c.sandbox.num_sandboxes = 1
     c.sandbox.preload = ()  # the trivial programs import nothing
   elif arg not in (None, ""):

@@ -10,6 +10,7 @@ import numpy as np
 
 from spade import config as config_lib
 from spade.agent import episodes as episodes_lib
+from spade.agent import rollout
 from spade.regret import scoring
 from spade.selfplay import batching
 from spade.selfplay import curriculum as curriculum_lib
@@ -398,13 +399,7 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
         )
         if hinted_arm:
           eps.append(_episode(e, k, True, [1.0]))
-    return eps, types.SimpleNamespace(
-        sampling_s=0.0,
-        sandbox_s=0.0,
-        sandbox_hidden_s=0.0,
-        tokens_sampled=0,
-        tool_calls=0,
-    )
+    return eps, rollout.RolloutStats()
 
   monkeypatch.setattr(play_lib, "play", play)
   m0 = t.iteration(0)
