@@ -35,6 +35,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence, runtime_checkabl
 from spade.agent import actions as actions_lib
 from spade.agent import episodes as episodes_lib
 from spade.agent import prompts as prompts_lib
+from spade.model import sharding
 
 
 class ProgramHint(enum.Enum):
@@ -157,7 +158,9 @@ class PoolExecutor:
     self._handles: dict[int, int] = {}
 
   def _mine(self, items):
-    return [it for it in items if it[0] % self._n == self._me]
+    return [
+        it for it in items if sharding.process_of(it[0], self._n) == self._me
+    ]
 
   def _gather(self, items, local_results):
     if self._n == 1:

@@ -190,3 +190,14 @@ def init_sharded_params(model_config, rng, mesh, rules: Rules) -> Any:
   )
   with use_rules(mesh, rules):
     return jax.jit(init, out_shardings=shardings)(rng)
+
+
+def process_of(item: int, process_count: int) -> int:
+  """The process that executes host-side item `item` (a program to validate,
+  an episode, a document): round-robin, the one rule for every slice."""
+  return item % process_count
+
+
+def process_slice(n: int, process_index: int, process_count: int) -> range:
+  """Items 0..n-1 that process `process_index` executes (`process_of`)."""
+  return range(process_index, n, process_count)

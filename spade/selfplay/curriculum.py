@@ -140,8 +140,8 @@ class LoopState:
       return self.corpus.sample(n)
     # Process p draws the documents for prompts p, p + P, ...; every process
     # then holds the same list.
-    count, me = jax.process_count(), jax.process_index()
-    mine = self.corpus.sample(len(range(me, n, count)))
+    count = jax.process_count()
+    mine = self.corpus.sample(len(multihost.slice_for_process(n)))
     parts = multihost.allgather_objects(
         [dataclasses.asdict(d) for d in mine], tag="documents"
     )

@@ -24,6 +24,8 @@ from typing import Any
 
 import jax
 
+from spade.model import sharding
+
 # Generous: a peer may be busy sampling or stepping a slow environment.
 _TIMEOUT_MS = 60 * 60 * 1000
 
@@ -73,5 +75,5 @@ def allgather_objects(obj: Any, tag: str = "default") -> list[Any]:
 
 
 def slice_for_process(n: int) -> range:
-  """Indices 0..n-1 this process executes (round-robin)."""
-  return range(jax.process_index(), n, jax.process_count())
+  """Indices 0..n-1 this process executes (`sharding.process_slice`)."""
+  return sharding.process_slice(n, jax.process_index(), jax.process_count())
