@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/device.sh [LOG_DIR]        # default: $OUT or /tmp/spade_device
 #
-# One script for the first GPU a session is lent (/work/.library/device): it
+# One script for a lent GPU machine (the device tool): it
 # finishes in under 10 minutes (each benchmark runs under its own `timeout`)
 # and ends with one `name: key=value ...` line per benchmark, each its
 # script's own last line, after a line naming the machine and the date.
