@@ -32,7 +32,8 @@ tests/selfplay/test_recipe_variants.py runs:
                0.6, no designer, no hints (cmd/games/_train_fixed_gpt55.sh).
   tool_use     cmd/tool_use/_train_spade_blend.sh: the six tool-use skills,
                multi-turn tasks, regeneration and designer delay 8,
-               4,000-word documents, 2,048-token value-free hints, KL 0.005.
+               4,000-word documents, 2,048-token value-free hints, KL 0.005,
+               the reset gate (SPADE_RESET_GATE=1).
 
   python -m spade.main --config=configs/reference_recipe.py:rlve \
       --workdir=/tmp/rlve
@@ -266,6 +267,10 @@ def _tool_use(c):
   c.grounding.max_words = 4000  # --spade-corpus-max-doc-tokens 4000
   c.grounding.seed = 42  # --spade-corpus-seed 42
   c.optim.kl_coef = 0.005  # --kl-loss-coef 0.005
+  # SPADE_RESET_GATE=1: refuse a program whose success criteria raise on
+  # the reset state at seeds 0, 1, 2 (envs/synthetic_game_env.py,
+  # criteria_throw_at_reset).
+  c.environments.reset_gate = True
 
 
 def _tiny(c, variant):

@@ -178,6 +178,11 @@ def base_config() -> ConfigDict:
   # the reference's validate_game accepts (the reference).
   c.environments = ConfigDict()
   c.environments.require = ()
+  # The reference's reset gate (criteria_throw_at_reset, on where a recipe
+  # sets SPADE_RESET_GATE=1: its tool-use one): refuse a program whose
+  # success criteria (self._message_criteria) raise on the state reset()
+  # builds at seeds 0, 1 and 2. False: off, as in its games recipe.
+  c.environments.reset_gate = False
 
   c.designer = ConfigDict()
   c.designer.num_envs = 2

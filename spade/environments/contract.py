@@ -72,6 +72,10 @@ MAX_OUTPUT_CHARS = 65_536
 # The observation space of the gymnasium adapter.
 MAX_OBS_CHARS = MAX_OUTPUT_CHARS
 
+# The seeds the reset gate (`environments.reset_gate`) resets with: the
+# reference's criteria_throw_at_reset(seeds=(0, 1, 2)).
+RESET_GATE_SEEDS = (0, 1, 2)
+
 # Default number of smoke steps validation plays before the solution replay.
 SMOKE_STEPS = 8
 
@@ -101,6 +105,9 @@ REASONS = (
     "step",  # step() raised or returned the wrong types on a reference reply
     "reward_range",  # a reward not finite or outside [REWARD_MIN, REWARD_MAX]
     "close",  # close() raised
+    # environments.reset_gate: a success criterion raised on the reset state
+    # at every tested seed (the reference's criteria_throw_at_reset)
+    "criteria_throw_at_reset",
     "call_timeout",  # one call ran longer than the per-call budget
     "output_too_large",  # one call returned more than the output cap
     "timeout",  # the whole validation ran out of time

@@ -19,6 +19,12 @@ reference's checks run first, on one instance that they close, as its
 `validate_game` does; the property checks run after them on fresh
 instances, and a validation whose time runs out there stays valid with the
 properties not yet shown recorded False.
+
+`reset_gate=True` (the config's `environments.reset_gate`; the reference's
+tool-use recipe sets SPADE_RESET_GATE=1) adds the reference's reset gate
+after its checks: a program whose tool-use success criteria
+(`self._message_criteria`) raise on the state `reset()` builds, at every
+seed of `contract.RESET_GATE_SEEDS`, is refused ("criteria_throw_at_reset").
 """
 
 from __future__ import annotations
@@ -140,6 +146,15 @@ def _first_line(message: str) -> str:
   return message.split("\n", 1)[0][:300]
 
 
+def _criteria_and_state(env) -> tuple[list | None, Any]:
+  """An instance's `_message_criteria` (as a list; None when empty or
+  absent) and its `_state`: program code (properties, `__bool__`), so the
+  caller runs it within a call's budget."""
+  crits = getattr(env, "_message_criteria", None)
+  state = getattr(env, "_state", None)
+  return (list(crits) if crits else None), state
+
+
 class _Run:
   """One validation: the reference's checks, then the recorded properties."""
 
@@ -149,6 +164,7 @@ class _Run:
     self.smoke_steps = options["smoke_steps"]
     self.max_output_chars = options["max_output_chars"]
     self.seed = options["seed"]
+    self.reset_gate = options.get("reset_gate", False)
     self.clock = clock
     self.properties = dict.fromkeys(contract.PROPERTIES, False)
     self.notes: dict[str, str] = {}
@@ -182,6 +198,19 @@ class _Run:
       _Reject: the call ran past its budget ("call_timeout"), returned too
         much ("output_too_large") or exited ("crash").
     """
+    out = self._timed(what, fn, *args, **kwargs)
+    size = _size(out, self.max_output_chars)
+    if size > self.max_output_chars:
+      raise _Reject(
+          "output_too_large",
+          f"{what} returned more than {self.max_output_chars} characters;"
+          " show a shorter view of the state",
+      )
+    return out
+
+  def _timed(self, what: str, fn, *args, **kwargs):
+    """Calls program code within the per-call budget, without the output
+    cap (for values the agent never sees); raises as `_call` does."""
     self.clock.begin(self.clock.call_s)
     try:
       out = fn(*args, **kwargs)
@@ -205,13 +234,6 @@ class _Run:
     self.clock.end()
     if over:
       raise self._too_slow(what)
-    size = _size(out, self.max_output_chars)
-    if size > self.max_output_chars:
-      raise _Reject(
-          "output_too_large",
-          f"{what} returned more than {self.max_output_chars} characters;"
-          " show a shorter view of the state",
-      )
     return out
 
   def _too_slow(self, what: str) -> _Reject:
@@ -327,6 +349,8 @@ class _Run:
     second = self._hard("reset", lambda: self._reset(env, other_seed))
     if callable(getattr(env, "close", None)):
       self._hard("close", lambda: self._call("close()", env.close))
+    if self.reset_gate:
+      self._check_reset_gate(cls, name)
 
     # What the reference does not check: recorded as properties. Out of
     # time here, the program stays valid and what was not shown is False.
@@ -353,6 +377,68 @@ class _Run:
             )[:200],
         )
     self.result.update(valid=True, reason="ok", message="ok")
+
+  def _check_reset_gate(self, cls, name: str) -> None:
+    """The reference's reset gate (`criteria_throw_at_reset`).
+
+    As `spade/core/envs/synthetic_game_env.py` does: a fresh instance per
+    seed of `contract.RESET_GATE_SEEDS`, reset with it (an instance or a
+    reset that fails skips that seed), then every `_message_criteria`
+    callable on its `_state`, stopping at the first that raises. Refuses
+    only when, at every seed that could be checked, some criterion raised:
+    a throw at some seeds only depends on the data and is kept. A program without
+    criteria or state (games, single-task tool use) passes, as do criteria
+    that are already True or merely False. Calls keep their budgets.
+
+    Raises:
+      _Reject: "criteria_throw_at_reset", or "timeout" when the
+        validation's time runs out in the gate.
+    """
+    try:
+      checked = threw = 0
+      first_error = ""
+      for seed in contract.RESET_GATE_SEEDS:
+        try:
+          env = self._new(cls, name)
+          self._reset(env, seed)
+        except _Raised:
+          continue
+        try:
+          crits, state = self._timed(
+              "reading _message_criteria and _state",
+              lambda e=env: _criteria_and_state(e),
+          )
+        except _Raised:
+          return  # upstream: any other failure is skipped, never a refusal
+        if not crits or state is None:
+          return
+        checked += 1
+        for i, criterion in enumerate(crits):
+          try:
+            self._timed(f"_message_criteria[{i}](state)", criterion, state)
+          except _Raised as e:
+            threw += 1
+            if not first_error:
+              first_error = f"at seed {seed}, {_first_line(e.message)}"
+            break
+    except budget.OutOfTime:
+      self.clock.end()
+      raise _Reject(
+          "timeout",
+          "validation ran out of time in the reset gate"
+          " (environments.reset_gate) after the reference's checks had"
+          " passed; reset() and the success criteria must be quick",
+      ) from None
+    if checked and threw == checked:
+      raise _Reject(
+          "criteria_throw_at_reset",
+          "a success criterion raises on the state reset() builds at every"
+          f" tested seed {contract.RESET_GATE_SEEDS} ({first_error}), so"
+          " that step can never be completed; every callable in"
+          " self._message_criteria must return True or False on"
+          " self._state as reset() leaves it (read only keys reset() sets,"
+          " compare values of the types the tools store)",
+      )
 
   def _check_properties(self, cls, name: str, first: str, second: str):
     """The stricter checks, on a fresh instance (and its twin)."""
@@ -645,7 +731,8 @@ def options_from_config(config) -> dict[str, Any]:
   The per-call budget and the output cap of `sandbox.budgets` (with
   `sandbox.call_timeout_s` over it when > 0); under "reference" the cap is
   what the agent's context holds (`agent.max_context` tokens at
-  `budget.CHARS_PER_TOKEN` characters a token). Pass them to
+  `budget.CHARS_PER_TOKEN` characters a token), and
+  `environments.reset_gate` (absent: off). Pass them to
   `SandboxPool.validate(sources, **options)`; keys missing from an older
   config keep the validator's defaults.
   """
@@ -667,6 +754,8 @@ def options_from_config(config) -> dict[str, Any]:
   if environments is not None and "require" in environments:
     options["require"] = tuple(environments.require)
     check_require(options["require"])
+  if environments is not None and environments.get("reset_gate", False):
+    options["reset_gate"] = True
   return options
 
 
@@ -690,6 +779,7 @@ def validate_program(
     call_timeout_s: float | None = None,
     budgets: str = budget.DEFAULT,
     require: tuple[str, ...] | list[str] = (),
+    reset_gate: bool = False,
     filename: str = "<env>",
 ) -> dict[str, Any]:
   """Checks an environment program by running it in this process.
@@ -703,7 +793,9 @@ def validate_program(
   robust, rewards_in_unit, has_hint, solution_replayed (a list solution
   replayed to a win, tool calls through `execute_tool` as in play); each
   property in `require` that is missing refuses the program with reason
-  "requires_<property>". Untrusted programs must be validated inside the
+  "requires_<property>". `reset_gate` adds the reference's reset gate
+  (reason "criteria_throw_at_reset", see `_Run._check_reset_gate`).
+  Untrusted programs must be validated inside the
   sandbox (`SandboxPool.validate`), never in the trainer.
 
   Args:
@@ -725,6 +817,9 @@ def validate_program(
     budgets: a name of `budget.BUDGETS` (`sandbox.budgets`), the defaults
       of the three limits above.
     require: properties a valid program must have (`environments.require`).
+    reset_gate: refuse a program one of whose `_message_criteria` raises on
+      the reset state at every seed of `contract.RESET_GATE_SEEDS` (`environments.reset_gate`; the reference's
+      SPADE_RESET_GATE=1, set by its tool-use recipe).
     filename: the program's name in messages and tracebacks.
 
   Returns:
@@ -747,7 +842,10 @@ def validate_program(
     max_output_chars = limits.max_output_chars
   clock = budget.Clock(time_budget_s, call_timeout_s)
   options = dict(
-      smoke_steps=smoke_steps, max_output_chars=max_output_chars, seed=seed
+      smoke_steps=smoke_steps,
+      max_output_chars=max_output_chars,
+      seed=seed,
+      reset_gate=bool(reset_gate),
   )
   run = _Run(source, filename, options, clock)
   sink = _CappedSink()

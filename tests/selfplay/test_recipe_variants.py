@@ -94,6 +94,10 @@ def test_the_variants_carry_the_reference_values():
   assert t.grounding.max_words == 4000
   assert t.designer.hint_max_new_tokens == 2048
   assert t.optim.kl_coef == 0.005
+  # SPADE_RESET_GATE=1 in the tool-use recipe only.
+  assert t.environments.reset_gate
+  assert not (r.environments.reset_gate or s.environments.reset_gate)
+  assert not _recipe(None).environments.reset_gate
   for variant in ("rlve", "static_pool", "tool_use"):
     tiny = _recipe(variant + "_runlocal")
     config_lib.validate(tiny)
