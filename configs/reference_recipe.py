@@ -271,6 +271,8 @@ def _tool_use(c):
   # the reset state at seeds 0, 1, 2 (envs/synthetic_game_env.py,
   # criteria_throw_at_reset).
   c.environments.reset_gate = True
+  # --spade-use-env-validator: the designer audits each valid program.
+  c.designer.audit = True
 
 
 def _tiny(c, variant):
@@ -301,6 +303,7 @@ def _tiny(c, variant):
     c.designer.max_prompt_tokens = 512
     c.designer.max_attempts = 1
     c.designer.hint_max_new_tokens = 16
+    c.designer.audit_max_new_tokens = 16  # the audit's verdict, not 16,384
     c.designer.use_seed_programs = True
     c.grounding.max_words = 60
     c.agent.plays_per_iteration = 2

@@ -204,6 +204,14 @@ def base_config() -> ConfigDict:
   # spade_rollout.py; generate_games_async's own default of 8 is unused
   # there) and keeps the first valid one; 1: no retry.
   c.designer.max_attempts = 5
+  # The reference's model-based solvability audit (--spade-use-env-validator
+  # with env_validator_model="self", core/env_validator.py): each valid
+  # program's code goes to the designer role with the game type's audit
+  # prompt; a \\boxed{no} refuses it (sampled again). On in its tool-use
+  # recipe only; temperature and tokens are its env_validator_* defaults.
+  c.designer.audit = False
+  c.designer.audit_temperature = 0.3
+  c.designer.audit_max_new_tokens = 16384
   # How the program is cut out of a designer sample
   # (`spade.designer.extract.extract_code`): "reference" (the first
   # ```python block, else the whole sample, then repair_fstring_braces,

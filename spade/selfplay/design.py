@@ -20,6 +20,7 @@ import numpy as np
 from spade import console
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
+from spade.environments import audit as audit_lib
 from spade.selfplay import records
 from spade.selfplay.seeding import seed_for
 
@@ -144,6 +145,61 @@ def write_hints(
   return out, timings
 
 
+def solvability_audit(
+    config: ml_collections.ConfigDict,
+    engine,
+    it: int,
+    attempt: int,
+    codes: list[str],
+    verdicts: list[records.Verdict],
+) -> tuple[list[records.Verdict], records.Timings]:
+  """`designer.audit`: the reference's model-based audit of the valid
+  programs (`spade.environments.audit`), answered by the designer role; a
+  "no" refuses the program (reason "env_validator"), so it is sampled again.
+  A chat over the prompt budget is not asked and keeps its program, as the
+  reference keeps one whose audit fails."""
+  c = config
+  need = [i for i, v in enumerate(verdicts) if v.valid]
+  if not c.designer.audit or not need:
+    return verdicts, records.Timings()
+  max_new = min(c.designer.audit_max_new_tokens, c.model.max_len // 2)
+  budget = c.model.max_len - max_new
+
+  def generate(chats):
+    ids = [engine.render(chat) for chat in chats]
+    fits = [k for k, x in enumerate(ids) if len(x) <= budget]
+    outs = (
+        engine.sample(
+            [ids[k] for k in fits],
+            role="designer",
+            max_new_tokens=max_new,
+            temperature=c.designer.audit_temperature,
+            seed=seed_for(c.seed, it, "audit", attempt),
+            progress=f"iteration {it + 1}: solvability audit",
+        )
+        if fits
+        else []
+    )
+    replies = [None] * len(chats)
+    for k, (_, _, text) in zip(fits, outs):
+      replies[k] = text
+    return replies
+
+  t = time.perf_counter()
+  results = audit_lib.audit(
+      [codes[i] for i in need],
+      generate,
+      tool_use=c.designer.prompt_family.startswith("tool_use"),
+  )
+  out = list(verdicts)
+  for i, (keep, reply) in zip(need, results):
+    if not keep:
+      out[i] = out[i].rejected(
+          audit_lib.REASON, audit_lib.refusal_message(reply)
+      )
+  return out, records.Timings(sampling=time.perf_counter() - t)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Row:
   """One design's prompt and what it was built from."""
@@ -255,6 +311,10 @@ def design(
     timings += records.Timings(
         sampling=sampled, sandbox=time.perf_counter() - t
     )
+    new_verdicts, audited = solvability_audit(
+        c, engine, it, attempt, new_codes, new_verdicts
+    )
+    timings += audited
     for i, out, code, verdict in zip(todo, outs, new_codes, new_verdicts):
       samples[i], codes[i], verdicts[i] = out, code, verdict
       attempts[i] = attempt

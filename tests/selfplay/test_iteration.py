@@ -418,3 +418,41 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
   # plateau win rate) and env 1 none, so their designs differ.
   assert len(designer_rows) == 2
   assert designer_rows[0].advantage > 0 > designer_rows[1].advantage
+
+
+def test_the_solvability_audit_refuses_what_the_designer_judges_unwinnable():
+  from spade.selfplay import design as design_lib
+
+  class Auditor(FakeEngine):
+
+    def sample(
+        self, prompts, *, role, max_new_tokens, temperature, seed, progress=None
+    ):
+      self.sampled.append((role, len(prompts)))
+      return [([1], [-0.1], "No tool sets it. \\boxed{no}") for _ in prompts]
+
+  c = _config()
+  c.designer.audit = True
+  c.model.max_len = 16384  # room for the reference's prompt, byte tokens
+  engine = Auditor(c)
+  ok = records.Verdict.from_dict({"valid": True, "reason": "ok"})
+  bad = records.Verdict.from_dict({"valid": False, "reason": "step"})
+  out, _ = design_lib.solvability_audit(c, engine, 0, 0, ["a", "b"], [ok, bad])
+  assert engine.sampled == [("designer", 1)]
+  assert (out[0].valid, out[0].reason) == (False, "env_validator")
+  assert "No tool sets it" in out[0].message
+  assert out[1] is bad
+  c.designer.audit = False
+  assert design_lib.solvability_audit(c, engine, 0, 0, ["a"], [ok])[0] == [ok]
+
+
+def test_an_audit_prompt_over_budget_keeps_its_program():
+  from spade.selfplay import design as design_lib
+
+  c = _config()
+  c.designer.audit = True
+  c.model.max_len = 256
+  engine = FakeEngine(c)
+  ok = records.Verdict.from_dict({"valid": True, "reason": "ok"})
+  out, _ = design_lib.solvability_audit(c, engine, 0, 0, ["a"], [ok])
+  assert out == [ok] and engine.sampled == []
