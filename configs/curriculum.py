@@ -35,7 +35,10 @@ def get_config(arg=None):
   c = config_lib.base_config()
   c.num_iterations = 12
   c.mesh.data = 1
-  c.model.max_len = 512  # the prompt's tail and a ~410-byte program
+  # The prompt's tail (64) and a program (316-318 bytes and EOS): the
+  # update's rows pad to 384, not 512.
+  c.model.max_len = 384
+  c.sampling.prefill_chunk = 128  # divides the cache length
   c.train.mode = "spade"
   c.train.checkpoint_every = 1000  # the final one only
   c.train.save_episodes = False
@@ -57,7 +60,7 @@ def get_config(arg=None):
   c.designer.skills_per_regen = 1
   c.designer.hint_source = "program"  # hinted plays call the program's hint()
   c.designer.max_prompt_tokens = 64
-  c.designer.max_new_tokens = 440
+  c.designer.max_new_tokens = 320
   c.designer.num_envs = 8
   c.designer.samples_per_prompt = 8
   c.designer.max_attempts = 2
@@ -74,7 +77,7 @@ def get_config(arg=None):
   c.agent.unfinished_reply = "step"
   c.agent.max_new_tokens = 8
   # Room for a designed program's own hint() text (up to a program's length).
-  c.agent.max_context = 504
+  c.agent.max_context = 376
   c.agent.episodes_per_env = 8
   c.agent.hint_episodes_per_env = 8
   c.sandbox.num_sandboxes = 1

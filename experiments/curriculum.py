@@ -57,6 +57,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 from configs import curriculum as curriculum_config  # pylint: disable=g-import-not-at-top
 from spade import console  # pylint: disable=g-import-not-at-top
 from spade.environments import microworld  # pylint: disable=g-import-not-at-top
+from spade.model import transformer  # pylint: disable=g-import-not-at-top
+from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
 from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
 from spade.selfplay import play as play_lib  # pylint: disable=g-import-not-at-top
 from spade.selfplay import records  # pylint: disable=g-import-not-at-top
@@ -97,6 +99,34 @@ def evaluate(trainer, envs, it: int, episodes: int = EVAL_EPISODES) -> dict:
   }
 
 
+def level_distribution(trainer) -> dict[int, float]:
+  """The designer head's distribution over the level it writes: P(`D = L`
+  | the design prompt), renormalised over the family's levels (the prompt
+  is the same for every design: configs/curriculum.py). Exact, where the
+  sampled designs' levels are 8 draws of it."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  from spade.train import lora  # pylint: disable=g-import-not-at-top
+
+  e = trainer.engine
+  prompt = engine_lib._folder_rows(e, trainer.config.train.warm_start_dir)[0]  # pylint: disable=protected-access
+  ids = list(prompt.prompt_ids) + e.tokenizer.encode("D = ")
+  tokens = jnp.asarray([ids], jnp.int32)
+  positions = jnp.arange(len(ids), dtype=jnp.int32)[None]
+  logits, _ = e.model.apply(
+      lora.variables(e.state.params),
+      tokens,
+      positions,
+      transformer.Role.DESIGNER,
+      last_only=True,
+  )
+  digit = [e.tokenizer.encode(str(lv))[0] for lv in microworld.LEVELS]
+  logp = jax.nn.log_softmax(np.asarray(logits[0, -1], np.float64))
+  p = np.exp(np.asarray(logp)[digit])
+  p = p / p.sum()
+  return {lv: float(x) for lv, x in zip(microworld.LEVELS, p)}
+
+
 class _Counting:
   """Wraps `play.play` to count each iteration's agent episodes and tokens
   by arm (hinted or not); the loop itself is unchanged."""
@@ -127,7 +157,9 @@ class CurriculumTrainer(loop.Trainer):
   """The loop's Trainer, plus a held-out evaluation after each iteration
   and the designs' levels (measurement only: it trains nothing)."""
 
-  def __init__(self, config, workdir, heldout, warm_params=None):
+  def __init__(
+      self, config, workdir, heldout, warm_params=None, evaluate_every=1
+  ):
     super().__init__(config, workdir)
     if warm_params is not None:
       e = self.engine
@@ -139,12 +171,26 @@ class CurriculumTrainer(loop.Trainer):
           rules=e.rules,
       )
     self.heldout = heldout
+    self.evaluate_every = evaluate_every
     self.trace = []
+    self._rewards = []
+
+  def _save_programs(self, it, designs, envs, scores, window_scores, *a):
+    # Each valid design's (level, designer reward) as the window scored it.
+    self._rewards = [
+        (microworld.level_of(d.code), float(window_scores.design_reward[d.index]))
+        for d in designs
+        if d.valid
+    ]
+    return super()._save_programs(
+        it, designs, envs, scores, window_scores, *a
+    )
 
   def iteration(self, it):
     m = super().iteration(it)
     levels = [microworld.level_of(d.code) for d in self.designed if d.valid]
-    ev = evaluate(self, self.heldout, it)
+    every = self.evaluate_every
+    ev = evaluate(self, self.heldout, it) if every and (it + 1) % every == 0 else None
     self.trace.append(
         {
             "iteration": it + 1,
@@ -159,17 +205,22 @@ class CurriculumTrainer(loop.Trainer):
             "return_hint": m.get("agent/return_hint"),
             "regret": m.get("regret/mean"),
             "designer_reward": m.get("designer/reward_mean", 0.0),
+            "design_rewards": self._rewards,
+            "level_probs": level_distribution(self),
             "seconds": m.get("time/iteration_s"),
         }
     )
-    console.say(
-        "  iter %d: designs at levels %s, held-out %s (mean %.2f, frontier %d)",
-        it + 1,
-        sorted(levels),
-        " ".join(f"{r:.2f}" for r in ev["per_level"].values()),
-        ev["mean"],
-        ev["frontier"],
+    held = (
+        "held-out %s (mean %.2f, frontier %d)"
+        % (
+            " ".join(f"{r:.2f}" for r in ev["per_level"].values()),
+            ev["mean"],
+            ev["frontier"],
+        )
+        if ev
+        else "regret %.3f" % (m.get("regret/mean") or 0.0)
     )
+    console.say("  iter %d: designs at levels %s, %s", it + 1, sorted(levels), held)
     return m
 
 
@@ -186,8 +237,20 @@ def warm_params(seed: int, steps: int, workdir: str, lr: float):
   return params
 
 
-def run_arm(arm, seed, iterations, workdir, params, heldout, overrides=()):
-  """Trains one arm from `params`; returns its trace and compute."""
+def run_arm(
+    arm,
+    seed,
+    iterations,
+    workdir,
+    params,
+    heldout,
+    overrides=(),
+    evaluate_every=1,
+    evaluate_start=True,
+):
+  """Trains one arm from `params`; returns its held-out evaluation before
+  training ("start"), its trace (held-out figures every `evaluate_every`
+  iterations; 0: none) and its compute."""
   c = curriculum_config.get_config(arm)
   c.seed = seed
   c.num_iterations = iterations
@@ -200,10 +263,16 @@ def run_arm(arm, seed, iterations, workdir, params, heldout, overrides=()):
     node[last] = value
   t0 = time.time()
   with _Counting() as counts:
-    t = CurriculumTrainer(c, workdir, heldout, params)
+    t = CurriculumTrainer(c, workdir, heldout, params, evaluate_every)
+    start = evaluate(t, heldout, -1) if evaluate_start else {}
+    start["level_probs"] = level_distribution(t)
     t.run()
-  # Every other play call is an evaluation: count the training ones only.
-  train_rows = counts.rows[0::2]
+  # Count the training plays only: the first call may be the start's
+  # evaluation, then each iteration plays once and is evaluated or not.
+  train_rows, i = [], int(evaluate_start)
+  for row in t.trace:
+    train_rows.append(counts.rows[i])
+    i += 1 if row["heldout"] is None else 2
   played = collections.Counter()
   for row in train_rows:
     played.update(row)
@@ -216,7 +285,7 @@ def run_arm(arm, seed, iterations, workdir, params, heldout, overrides=()):
       "designer_update_rows": sum(r["designer_rows"] for r in t.trace),
       "wall_s": time.time() - t0,
   }
-  return {"trace": t.trace, "compute": compute}
+  return {"start": start, "trace": t.trace, "compute": compute}
 
 
 def plots(results: dict, folder: str) -> list[str]:

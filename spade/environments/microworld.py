@@ -17,10 +17,12 @@ Levels far below the frontier pay 1 on every play, which, z-scored per
 environment, is no signal either. The informative levels are the frontier
 and the one above it.
 
-`hint()` types the first digit for the player (level L then needs L - 1;
-at level 1, where that would solve it, it lets the digit come second), so
-the hinted play of level L is about as hard as level L - 1: hint regret is
-large at the level just above the agent's frontier and small elsewhere. Its
+`hint()` types the first half of the digits for the player (level L then
+needs ceil(L / 2): 1, 1, 2, 2, 3, 3), so the hinted play of a level is as
+hard as a level about half as high: an agent that types k digits wins the
+hinted plays of levels up to 2k and the unhinted ones up to k, and hint
+regret is large just above its frontier and zero far below it. At level 1
+the hint gives nothing (one digit cannot be halved without typing it). Its
 text is empty: the tiny agent cannot read a hint, and any text added to its
 prompt changes its replies more than the hint helps (a probe with "One
 digit is typed for you." measured hinted returns at or below unhinted ones);
@@ -58,15 +60,15 @@ T = "{name} {tag}"
 
 class DigitLockEnv:
  def reset(s, seed=None):
-  s.n, s.o = D, 0
+  s.n = D
   return f"Open the {{T}}: type {{D}} digits.", {{}}
 
  def hint(s):
-  s.n, s.o = max(1, D - 1), int(D < 2)
+  s.n = (D + 1) // 2
   return ""
 
  def step(s, a):
-  w = any(a[i:i + s.n].isdigit() and len(a) >= i + s.n for i in range(s.o + 1))
+  w = len(a) >= s.n and a[:s.n].isdigit()
   return "Done.", float(w), True, False, {{}}
 
  def solution(s):

@@ -604,10 +604,11 @@ class _Run:
     except _Raised as e:
       self._note("has_hint", _first_line(e.message))
       return
-    if not isinstance(text, str) or not text:
+    # An empty str is a hint too: one that acts through the state hint()
+    # changed (the micro-world's types digits for the player), not text.
+    if not isinstance(text, str):
       self._note(
-          "has_hint",
-          f"hint() must return a non-empty str, got {type(text).__name__}",
+          "has_hint", f"hint() must return a str, got {type(text).__name__}"
       )
       return
     self.properties["has_hint"] = True

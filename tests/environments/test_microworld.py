@@ -36,16 +36,19 @@ def test_level_is_in_the_text_and_binary_reward(level):
   assert _wins(env, "") == 0.0
 
 
-def test_hint_makes_a_level_easier_without_solving_it():
+def test_hint_halves_a_level_without_solving_it():
   for level in microworld.LEVELS:
     plain, hinted = _env(level), _env(level, hinted=True)
-    short = "7" * max(1, level - 1) if level > 1 else "x7"
-    assert _wins(plain, short) == 0.0
-    hinted.hint()
-    assert hinted.step(short)[1] == 1.0
+    half = "7" * ((level + 1) // 2)
     hinted.reset(seed=0)
     hinted.hint()
-    assert hinted.step("xyz")[1] == 0.0  # the hint is not the answer
+    assert hinted.step(half)[1] == 1.0
+    hinted.reset(seed=0)
+    hinted.hint()
+    assert hinted.step("7" * ((level + 1) // 2 - 1) + "x")[1] == 0.0
+    assert hinted.hint() == ""  # the hint is not the answer
+    # Easier than the plain level above level 1, where it gives nothing.
+    assert _wins(plain, half) == float(level == 1)
 
 
 def test_random_bytes_win_easy_levels_rarely_and_hard_ones_never():

@@ -4,15 +4,15 @@ T = "safe gkp"
 
 class DigitLockEnv:
  def reset(s, seed=None):
-  s.n, s.o = D, 0
+  s.n = D
   return f"Open the {T}: type {D} digits.", {}
 
  def hint(s):
-  s.n, s.o = max(1, D - 1), int(D < 2)
+  s.n = (D + 1) // 2
   return ""
 
  def step(s, a):
-  w = any(a[i:i + s.n].isdigit() and len(a) >= i + s.n for i in range(s.o + 1))
+  w = len(a) >= s.n and a[:s.n].isdigit()
   return "Done.", float(w), True, False, {}
 
  def solution(s):
