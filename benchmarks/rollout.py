@@ -241,7 +241,8 @@ def play_slots(engine, params, iterations, progress):
     print(
         f"  slots: prefill-insert {server.prefill_seconds:.2f}s of"
         f" {server.seconds:.2f}s ({server.prefill_calls} calls,"
-        f" {server.generate_calls} generate calls)",
+        f" {server.generate_calls} generate calls, windows"
+        f" {dict(sorted(server.windows.items()))})",
         file=sys.stderr,
         flush=True,
     )
@@ -299,7 +300,8 @@ def main() -> None:
         f"{name}_slots_s={slot[0]:.2f}",
         f"{name}_speedup={lock[0] / slot[0]:.2f}",
     ]
-  assert engine.traces["generate"] == 1, engine.traces
+  # One compile per window used, at most one per window.
+  assert engine.traces["generate"] <= len(engine.windows), engine.traces
   print(" ".join(figures))
 
 

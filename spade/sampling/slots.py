@@ -7,7 +7,9 @@ model-agnostic callables as `spade.sampling.sampler.Sampler`
 
 Device side (`Engine`, a frozen dataclass; three compiled programs, each
 compiled once per (slots, cache length, prefill chunk, prefill rows, decode
-steps), whatever the requests' lengths or arrival order):
+steps) and, for `prefill_insert` and `generate`, once per window they run
+on (`Engine.windows`: a bounded handful), whatever the requests' lengths or
+arrival order):
 
 * `init`: the decode state. `slots` rows of a KV cache of `cache_length`
   steps, and per slot the last token, the next position, tokens generated,
@@ -19,11 +21,26 @@ steps), whatever the requests' lengths or arrival order):
   slots' rows (sliced out of the decode state, not gathered), their first
   tokens drawn, and the rows written back in place (`dynamic_update_slice`
   into the donated state, not a scatter). Only the columns of the prompt's
-  chunks run; attention still reads each row's whole cache.
+  chunks run, and attention reads only the window of the cache that holds
+  the rows' histories and new columns.
 * `generate`: up to `decode_steps` tokens over every slot (a
   `lax.while_loop` that stops once no slot is live, or, when the host asks,
   as soon as a row ends, so its slot is refilled at once); a finished row
   stops emitting at once and its slot is free for the host to refill.
+
+Windows. A step's cost is mostly attention over the cache, and the live
+rows' keys span only the last `held` cache times (`held`: the longest live
+history). So each call runs on a window: the cache times [end - window,
+end) gathered out of the ring once per call (`take`, mod cache_length), the
+model stepped on that smaller cache (cache index = time - (end - window)),
+and the steps the call wrote put back. The window is the smallest of
+`Engine.windows` (w and 3w/2 for w = `min_window` x 2^i, then the whole
+cache) that holds the history and at least a quarter of a call's steps;
+the call also stops when the window's room is spent. A key outside a
+window is never one a live row attends to, so a windowed call samples what
+the whole cache samples (float summation order aside). A window's
+prefilled row empties the positions outside it (keys and values stay, never
+attended). Ring-buffer models and `min_window=0` run on the whole cache.
 
 Time and positions. Every slot writes its step-t key at cache time t (the
 clock, one scalar: one compiled step serves every slot), so a global layer's
@@ -185,6 +202,8 @@ class Engine:
       batch shards); a call with fewer runs filler rows, written nowhere.
     decode_steps: the most tokens per `generate` call (the host refills
       slots between calls; see `Server.step` for returning early).
+    min_window: the smallest live-cache window `generate` and
+      `prefill_insert` attend over (`windows`); 0: always the whole cache.
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and logical axis rules (as for `Sampler`).
   """
@@ -201,6 +220,7 @@ class Engine:
   prefill_chunk: int = 128
   prefill_rows: int = 1
   decode_steps: int = 16
+  min_window: int = 64
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -222,6 +242,8 @@ class Engine:
       )
     if self.decode_steps < 1 or self.prefill_rows < 1:
       raise ValueError("decode_steps and prefill_rows must be >= 1")
+    if self.min_window < 0:
+      raise ValueError(f"min_window={self.min_window} must be >= 0")
     if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
       raise ValueError(
           "need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got"
@@ -254,6 +276,24 @@ class Engine:
     follows the cache length (no sliding window's ring within it)."""
     leaves = jax.tree.leaves(self._slot_axes, is_leaf=lambda x: x is None)
     return all(a is not None for a in leaves)
+
+  @functools.cached_property
+  def windows(self) -> tuple[int, ...]:
+    """The cache windows the programs attend over, smallest first: `w` and
+    `3w / 2` for w = `min_window` x 2^i below the cache length, then the
+    cache length; at most 2 log2(cache_length / min_window) + 2 of them,
+    each compiled once per program when first used. A call runs on the
+    smallest that holds what it reads and writes. Only the whole cache
+    when a cache leaf is a ring (`can_continue` is False: a ring slot is
+    time % window, not a window's step) or `min_window` is 0."""
+    c, w = self.cache_length, self.min_window
+    if not self.can_continue or w <= 0:
+      return (c,)
+    out = []
+    while w < c:
+      out += [x for x in (w, w + w // 2) if x < c]
+      w *= 2
+    return tuple(sorted(set(out))) + (c,)
 
   @functools.cached_property
   def traces(self) -> collections.Counter:
@@ -305,26 +345,60 @@ class Engine:
         clock=jnp.int32(self.cache_length),
     )
 
-  def _prefill_insert(self, params, state, rows, reqs):
+  def _prefill_insert(self, params, state, rows, reqs, window):
     """Prefills `rows` (per row: tokens int32[K, C] right-aligned, lengths,
     base positions, whether it continues its slot's history and that
     history's time shift; and the first chunk to run) into the slots
     `reqs` names (per row: destination slot (slots: none), key data,
-    limit), in place."""
+    limit), in place, on the last `window` cache steps (one of `windows`,
+    holding every row's history and new columns; see `_run_on`)."""
     self.traces["prefill_insert"] += 1
+    tokens, lengths, base, cont, shift, first = rows
+    del tokens, first
+    dst, keys, limits = reqs
+    branch = lambda w, st: self._prefill_window(w, params, rows, reqs, st)
+    cache, logits = self._run_on(window, branch, state)
+
+    rng = jax.vmap(lambda d: jax.random.fold_in(jax.random.wrap_key_data(d), 0))
+    tok, logp = self._draw(rng(keys), logits)
+    stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
+    hit = jnp.any(tok[:, None] == stops[None, :], -1)
+    live = ~hit & (limits > 1)
+
+    del cont, shift
+    new = dict(state, cache=cache)
+    put = lambda name, v: new[name].at[dst].set(v, mode="drop")
+    new["last"] = put("last", tok)
+    new["pos"] = put("pos", base + lengths)
+    new["gen"] = put("gen", jnp.ones_like(tok))
+    new["limit"] = put("limit", limits)
+    new["live"] = put("live", live)
+    new["hit"] = put("hit", hit)
+    new["keys"] = new["keys"].at[dst].set(keys, mode="drop")
+    return new, self._everywhere((tok, logp, live, hit))
+
+  def _prefill_window(self, window, params, rows, reqs, state):
+    """`_prefill_insert`'s prefill on a `window`-step view of the rows
+    (cache times [clock - window, clock)): the new cache and the logits."""
     c, chunk = self.cache_length, self.chunk
     tokens, lengths, base, cont, shift, first = rows
-    dst, keys, limits = reqs
+    dst, _, _ = reqs
     k = tokens.shape[0]
     clock = state["clock"]
     row_axes, slot_axes = self._row_axes, self._slot_axes
     valid = dst < self.slots
     at = jnp.minimum(dst, self.slots - 1)
+    whole = window == c
+    # Cache time of the view's first step, and each row's steps in the
+    # slot's ring: the view's step j is time w0 + j.
+    w0 = clock - window
+    steps = jnp.arange(window, dtype=jnp.int32)
 
     def start(x_state, x_fresh, spec, t):
       # Each destination slot's row (a slice, not a gather), its history
-      # rolled `shift` steps later in time (a continued row: a slice of the
-      # row doubled, not a gather); fresh rows take the empty cache.
+      # moved `shift` steps later in time (the whole cache: a roll, a slice
+      # of the row doubled; a window: the window's steps gathered from
+      # `shift` earlier); fresh rows take the empty cache.
       axis, per_row = spec
       parts = []
       for r in range(k):
@@ -332,19 +406,26 @@ class Engine:
             x_state, at[r] * per_row, per_row, axis=axis
         )
         if t is not None:
-          y = jnp.roll(y, shift[r], axis=t)
+          if whole:
+            y = jnp.roll(y, shift[r], axis=t)
+          else:
+            y = jnp.take(y, (w0 + steps - shift[r]) % c, axis=t)
         fresh = jax.lax.slice_in_dim(x_fresh, r * per_row, (r + 1) * per_row,
                                      axis=axis)  # fmt: skip
         parts.append(jnp.where(cont[r], y, fresh))
       return jnp.concatenate(parts, axis=axis)
 
     cache = jax.tree.map(
-        start, state["cache"], self.init_cache(k, c), row_axes, slot_axes
+        start, state["cache"], self.init_cache(k, window), row_axes, slot_axes
     )
     col = jnp.arange(c, dtype=jnp.int32)[None, :]
     pad = (c - lengths)[:, None]
     mask = col >= pad
     positions = base[:, None] + jnp.maximum(col - pad, 0)
+    # Column `at` of the prompts is written at time clock - c + at: the
+    # whole cache takes times (its ring slot is time % c), a window its own
+    # steps.
+    offset = clock - c if whole else window - c
 
     def one(i, carry):
       _, cache = carry
@@ -355,7 +436,7 @@ class Engine:
 
       return self.tokens_to_logits(
           params, cols(tokens), cols(positions), cols(mask), cache,
-          clock - c + at,
+          offset + at,
       )  # fmt: skip
 
     logits = jax.eval_shape(
@@ -367,16 +448,13 @@ class Engine:
     )  # fmt: skip
     logits = jnp.zeros(logits.shape, logits.dtype)
     logits, cache = jax.lax.fori_loop(first, c // chunk, one, (logits, cache))
+    ring = (w0 + steps) % c
 
-    rng = jax.vmap(lambda d: jax.random.fold_in(jax.random.wrap_key_data(d), 0))
-    tok, logp = self._draw(rng(keys), logits)
-    stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
-    hit = jnp.any(tok[:, None] == stops[None, :], -1)
-    live = ~hit & (limits > 1)
-
-    def insert(x_state, x_new, spec):
+    def insert(x_state, x_new, spec, t):
       # Row by row, in place in the (donated) state; a filler row (no
-      # destination) writes back what its slot holds.
+      # destination) writes back what its slot holds. A window's row keeps
+      # nothing else of what its slot held: positions outside the window
+      # are emptied (-1, never attended), keys and values left as they are.
       axis, per_row = spec
       for r in range(k):
         new = jax.lax.slice_in_dim(x_new, r * per_row, (r + 1) * per_row,
@@ -384,48 +462,76 @@ class Engine:
         old = jax.lax.dynamic_slice_in_dim(
             x_state, at[r] * per_row, per_row, axis=axis
         )
+        if not whole:
+          held = old
+          if jnp.issubdtype(old.dtype, jnp.integer):
+            held = jnp.full_like(old, -1)
+          new = held.at[(slice(None),) * t + (ring,)].set(
+              new, unique_indices=True
+          )
         x_state = jax.lax.dynamic_update_slice_in_dim(
             x_state, jnp.where(valid[r], new, old), at[r] * per_row, axis=axis
         )
       return x_state
 
-    new = dict(state)
-    new["cache"] = jax.tree.map(insert, state["cache"], cache, row_axes)
-    put = lambda name, v: new[name].at[dst].set(v, mode="drop")
-    new["last"] = put("last", tok)
-    new["pos"] = put("pos", base + lengths)
-    new["gen"] = put("gen", jnp.ones_like(tok))
-    new["limit"] = put("limit", limits)
-    new["live"] = put("live", live)
-    new["hit"] = put("hit", hit)
-    new["keys"] = new["keys"].at[dst].set(keys, mode="drop")
-    return new, self._everywhere((tok, logp, live, hit))
+    cache = jax.tree.map(insert, state["cache"], cache, row_axes, slot_axes)
+    return cache, logits
 
-  def _generate(self, params, state, early):
+  def _generate(self, params, state, early, room, window):
     """Up to `decode_steps` tokens over every slot, stopping once no slot is
-    live, or, with `early` (a bool scalar: no recompile), once a slot ends;
-    returns the new state and (tokens int32[S, n], logprobs float32[S, n],
-    tokens each slot emitted, live, hit, steps that ran)."""
+    live, or, with `early` (a bool scalar: no recompile), once a slot ends,
+    on the cache steps [clock + room - window, clock + room) (`window` one
+    of `windows`, see `_run_on`; `room`, an int32 scalar, the steps left
+    after every live row's history: the loop also stops when they are
+    spent; the whole cache never runs out); returns the new state and
+    (tokens int32[S, n], logprobs float32[S, n], tokens each slot emitted,
+    live, hit, steps that ran)."""
     self.traces["generate"] += 1
     s, n = self.slots, self.decode_steps
+    toks = self._constrain(jnp.full((s, n), self.pad_id, jnp.int32),
+                           "batch", None)  # fmt: skip
+    lps = self._constrain(jnp.zeros((s, n), jnp.float32), "batch", None)
+    before = state["gen"]
+    branch = lambda w, ops: self._generate_window(w, params, early, room, ops)
+    state, toks, lps, steps = self._run_on(window, branch, (state, toks, lps))
+    emitted = state["gen"] - before
+    return state, self._everywhere(
+        (toks, lps, emitted, state["live"], state["hit"], steps)
+    )
+
+  def _generate_window(self, window, params, early, room, operands):
+    """`_generate`'s loop on a `window`-step view of the cache (cache times
+    [clock + room - window, clock + room))."""
+    state, toks, lps = operands
+    c, n = self.cache_length, self.decode_steps
     stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
     fold = jax.vmap(
         lambda d, j: jax.random.fold_in(jax.random.wrap_key_data(d), j)
     )
-
     started = state["live"]
+    whole = window == c
+    # The cache index of time t: t itself for the whole cache (its ring
+    # slot is t % c), t - w0 in a window whose step j is time w0 + j.
+    clock = state["clock"]
+    w0 = jnp.int32(0) if whole else clock + room - window
+    most = n if whole else jnp.minimum(n, room)
+    full = state["cache"]
+    if not whole:
+      ring = w0 + jnp.arange(window, dtype=jnp.int32)  # taken mod c
+      take = lambda x, t: jnp.take(x, ring, axis=t, mode="wrap")
+      state = dict(state, cache=jax.tree.map(take, full, self._slot_axes))
 
     def cond(carry):
       i, st, _, _ = carry
       ended = jnp.any(started & ~st["live"])
-      return (i < n) & jnp.any(st["live"]) & ~(early & ended)
+      return (i < most) & jnp.any(st["live"]) & ~(early & ended)
 
     def body(carry):
       i, st, toks, lps = carry
       live = st["live"]
       logits, cache = self.tokens_to_logits(
           params, st["last"][:, None], st["pos"][:, None], live[:, None],
-          st["cache"], st["clock"],
+          st["cache"], st["clock"] - w0,
       )  # fmt: skip
       tok, logp = self._draw(fold(st["keys"], st["gen"]), logits)
       toks = toks.at[:, i].set(jnp.where(live, tok, self.pad_id))
@@ -444,17 +550,45 @@ class Engine:
       )
       return i + 1, st, toks, lps
 
-    toks = self._constrain(jnp.full((s, n), self.pad_id, jnp.int32),
-                           "batch", None)  # fmt: skip
-    lps = self._constrain(jnp.zeros((s, n), jnp.float32), "batch", None)
-    before = state["gen"]
     steps, state, toks, lps = jax.lax.while_loop(
         cond, body, (jnp.int32(0), state, toks, lps)
     )
-    emitted = state["gen"] - before
-    return state, self._everywhere(
-        (toks, lps, emitted, state["live"], state["hit"], steps)
-    )
+    if not whole:
+      # Only the call's own steps were written: the window's steps from
+      # clock - w0 go back to their ring slots (past `most`: nowhere).
+      j = jnp.arange(n, dtype=jnp.int32)
+      src = jnp.minimum(clock - w0 + j, window - 1)
+      dst = jnp.where(j < most, (clock + j) % c, c + j)
+
+      def put(x, y, t):
+        y = jnp.take(y, src, axis=t, mode="wrap")
+        return x.at[(slice(None),) * t + (dst,)].set(
+            y, mode="drop", unique_indices=True
+        )
+
+      state = dict(state, cache=jax.tree.map(
+          put, full, state["cache"], self._slot_axes
+      ))  # fmt: skip
+    return state, toks, lps, steps
+
+  def window(self, need: int) -> int:
+    """The smallest of `windows` that holds `need` cache steps (the whole
+    cache when none does)."""
+    return next((w for w in self.windows if w >= need), self.cache_length)
+
+  def _run_on(self, window, branch, operands):
+    """branch(window, operands). A static window (a Python int, as the
+    server passes it: one compile per window) runs its branch alone; a
+    traced one (a program lowered with abstract arguments) picks among
+    every window's branch on device, so that program holds them all."""
+    if isinstance(window, (int, np.integer)):
+      if int(window) not in self.windows:
+        raise ValueError(f"window={window} is not one of {self.windows}")
+      return branch(int(window), operands)
+    windows = jnp.asarray(self.windows, jnp.int32)
+    index = jnp.minimum(jnp.searchsorted(windows, window), len(windows) - 1)
+    branches = [functools.partial(branch, w) for w in self.windows]
+    return jax.lax.switch(index, branches, operands)
 
   def _everywhere(self, tree):
     """Small outputs replicated, so every process reads all of them."""
@@ -480,16 +614,21 @@ class Engine:
     if self.mesh is not None:
       out = jax.tree.map(lambda x: x.sharding, self._call(init))
     prepare = jax.jit(self.prepare_params or (lambda p: p))
+    # The window (the last argument) is static: one compile per window.
     if out is None:
-      prefill = jax.jit(self._prefill_insert, donate_argnums=1)
-      generate = jax.jit(self._generate, donate_argnums=1)
+      prefill = jax.jit(
+          self._prefill_insert, donate_argnums=1, static_argnums=4
+      )
+      generate = jax.jit(self._generate, donate_argnums=1, static_argnums=4)
     else:
       prefill = jax.jit(
-          self._prefill_insert, donate_argnums=1, out_shardings=(out, None)
-      )
+          self._prefill_insert, donate_argnums=1, static_argnums=4,
+          out_shardings=(out, None),
+      )  # fmt: skip
       generate = jax.jit(
-          self._generate, donate_argnums=1, out_shardings=(out, None)
-      )
+          self._generate, donate_argnums=1, static_argnums=4,
+          out_shardings=(out, None),
+      )  # fmt: skip
     return init, prepare, prefill, generate
 
   def start(self, params, carry_first: bool = True) -> "Server":
@@ -539,6 +678,8 @@ class Server:
     self.tokens_carried = 0
     self.requests_carried = 0
     self.generate_calls = 0
+    self.window_row_steps = 0  # slots x steps x window steps attended
+    self.windows = collections.Counter()  # generate calls per window
     self.seconds = 0.0
     self.prefill_seconds = 0.0  # of `seconds`, in prefill-insert calls
 
@@ -719,10 +860,16 @@ class Server:
             [r.max_new_tokens for r, _ in picked] + [1] * (k - m), np.int32
         ),
     )
+    # The window holds each row's new columns and a continued row's
+    # history before them.
+    window = eng.window(width + max(
+        (self.slots[s].end - self.slots[s].first) if cont else 0
+        for (_, s), cont in zip(picked, carry)
+    ))  # fmt: skip
     _, _, prefill, _ = eng._programs
     t0 = time.perf_counter()
     self.state, out = eng._call(prefill, self.params, self.state, host_rows,
-                                reqs)  # fmt: skip
+                                reqs, window)  # fmt: skip
     tok, logp, live, hit = jax.device_get(out)
     self.prefill_seconds += time.perf_counter() - t0
     self.prefill_calls += 1
@@ -749,12 +896,19 @@ class Server:
 
   def _generate(self, early: bool) -> list[Result]:
     eng = self.engine
+    # The window holds every live row's history and at least a quarter of
+    # a call's steps (the call stops when they are spent).
+    held = max(self.clock - s.first for s in self.slots if s.request)
+    window = eng.window(held + max(1, eng.decode_steps // 4))
     _, _, _, generate = eng._programs
     self.state, out = eng._call(generate, self.params, self.state,
-                                np.bool_(early))  # fmt: skip
+                                np.bool_(early), np.int32(window - held),
+                                window)  # fmt: skip
     toks, lps, emitted, live, hit, steps = jax.device_get(out)
     steps = int(steps)
     self.generate_calls += 1
+    self.window_row_steps += eng.slots * steps * window
+    self.windows[window] += 1
     before = self.clock
     self.clock += steps
     self.decode_row_steps += eng.slots * steps

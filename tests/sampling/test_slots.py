@@ -219,6 +219,67 @@ def test_a_returning_turn_continues_its_slots_cache(
   assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
 
 
+def test_windows_are_few_and_bounded(ring, flat):
+  """Windows: w and 3w/2 per octave from `min_window`, then the whole
+  cache; a ring-buffer model (or min_window 0) only ever the whole cache."""
+  flat_fns = T.sampling_fns(flat[0], T.Role.AGENT)
+  engine = E.Engine(*flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
+                    min_window=8)  # fmt: skip
+  assert engine.windows == (8, 12, 16, 24, 32, 48)
+  assert [engine.window(n) for n in (1, 9, 13, 33, 49)] == [8, 12, 16, 48, 48]
+  off = E.Engine(*flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
+                 min_window=0)  # fmt: skip
+  assert off.windows == (48,)
+  ring_fns = T.sampling_fns(ring[0], T.Role.AGENT)
+  assert E.Engine(*ring_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
+                  min_window=8).windows == (48,)  # fmt: skip
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_calls_on_a_window_sample_what_the_whole_cache_samples(
+    flat, temperature
+):
+  """Windows of 8 to 48 steps of a 64-step cache: four episodes of four
+  turns over three slots, two-row prefills. Every turn, continued in its
+  slot or prefilled whole, samples what the lock-step sampler samples on
+  its whole history alone; the calls ran on several windows (prompts sit
+  just before the clock's start, time 64, ring slot 0: windows wrap around
+  the cache's end), each program compiled at most once per window."""
+  cfg, params = flat
+  engine = _engine(cfg, temperature=temperature, cache_length=64, slots=3,
+                   prefill_rows=2, min_window=8)  # fmt: skip
+  server = engine.start(params)
+  turns = {k: 0 for k in range(4)}
+  results = []
+
+  def arrive(res):
+    results.append(res)
+    k = res.request.key
+    turns[k] += 1
+    if turns[k] < 4:
+      obs = [60 + k, 61, 62][: 1 + (turns[k] + k) % 3]
+      server.submit(
+          E.Request(
+              k, _next(res.request.prompt, res, obs), 3 + (k + turns[k]) % 4,
+              jax.random.fold_in(jax.random.key(4), 10 * k + turns[k]),
+          )
+      )  # fmt: skip
+
+  server.run(_requests(PROMPTS[:4], [5, 3, 6, 4]), on_result=arrive)
+  assert len(results) == 16
+  assert sum(bool(r.carried) for r in results) >= 6
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, temperature)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+  assert len(server.windows) > 1
+  assert engine.traces["generate"] == len(server.windows)
+  assert engine.traces["prefill_insert"] <= len(engine.windows)
+  # The generate calls attended over fewer steps than the whole cache.
+  steps = server.decode_row_steps - engine.prefill_rows * server.prefill_calls
+  assert server.window_row_steps < steps * engine.cache_length
+
+
 def test_a_continued_turn_samples_what_a_re_prefill_samples(flat):
   """One episode's second turn, once continuing its slot and once on an
   engine that never keeps it (another request took the slot between)."""
