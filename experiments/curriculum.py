@@ -65,7 +65,16 @@ from spade.selfplay import records  # pylint: disable=g-import-not-at-top
 from spade.train import state as state_lib  # pylint: disable=g-import-not-at-top
 
 ARMS = curriculum_config.ARMS
+
+
+def note(fmt: str, *args) -> None:
+  """The experiment's own line (the loop's are muted while an arm runs)."""
+  print("curriculum: " + (fmt % args if args else fmt), file=sys.stderr, flush=True)
 EVAL_EPISODES = 8  # per held-out program (3 a level) and evaluation
+# The agent's warm start: 1, 2 or 3 digits 6:3:1 whatever the level, so it
+# wins level 1 always, level 2 ~40% and level 3 ~10% of the time (frontier
+# 1) and explores the lengths above it.
+AGENT_REPLIES = "7,7,7,7,7,7,77,77,77,777"
 
 
 def heldout_envs() -> list[records.Environment]:
@@ -158,13 +167,15 @@ class CurriculumTrainer(loop.Trainer):
   and the designs' levels (measurement only: it trains nothing)."""
 
   def __init__(
-      self, config, workdir, heldout, warm_params=None, evaluate_every=1
+      self, config, workdir, heldout, warm=None, evaluate_every=1
   ):
     super().__init__(config, workdir)
-    if warm_params is not None:
+    if warm is not None:
+      # The warm start's parameters; the optimizer starts afresh, as in a
+      # new run.
       e = self.engine
       e.state = state_lib.create_state(
-          warm_params,
+          warm,
           e.optimizer,
           rng=jax.random.fold_in(jax.random.PRNGKey(config.seed), 1),
           mesh=e.mesh,
@@ -172,6 +183,7 @@ class CurriculumTrainer(loop.Trainer):
       )
     self.heldout = heldout
     self.evaluate_every = evaluate_every
+    self.label = os.path.basename(workdir)
     self.trace = []
     self._rewards = []
 
@@ -220,19 +232,62 @@ class CurriculumTrainer(loop.Trainer):
         if ev
         else "regret %.3f" % (m.get("regret/mean") or 0.0)
     )
-    console.say("  iter %d: designs at levels %s, %s", it + 1, sorted(levels), held)
+    note(
+        "  %s iter %d/%d: designs at levels %s, %s (%.1f s)",
+        self.label,
+        it + 1,
+        self.config.num_iterations,
+        sorted(levels),
+        held,
+        m.get("time/iteration_s") or 0.0,
+    )
     return m
 
 
-def warm_params(seed: int, steps: int, workdir: str, lr: float):
-  """The designer's warm start (the engine's, on the family's programs),
-  once per seed; every arm of the seed starts from these weights."""
+def agent_rows(engine, config, replies, seeds=range(500, 502)):
+  """Supervised agent rows: each of `replies` to the first observation of
+  every variant and level (tags from `seeds`, none held out); the agent
+  learns their mixture, whatever the level."""
+  from spade.agent import prompts as agent_prompts  # pylint: disable=g-import-not-at-top
+  from spade.selfplay import batching  # pylint: disable=g-import-not-at-top
+
+  eos = [engine.tokenizer.eos_id]
+  completions = [engine.tokenizer.encode(r) + eos for r in replies]
+  rows = []
+  for name in microworld.NAMES:
+    for level in microworld.LEVELS:
+      for seed in seeds:
+        scope = {}
+        exec(microworld.program(name, level, seed), scope)  # pylint: disable=exec-used
+        observation, _ = scope["DigitLockEnv"]().reset(seed=0)
+        ids = agent_prompts.truncate_messages(
+            agent_prompts.history_messages(
+                observation, None, [], style=config.agent.prompt_style
+            ),
+            engine.render,
+            engine.prompt_budget("agent"),
+        )
+        rows += [batching.Row(ids, c, [], 1.0) for c in completions]
+  return rows
+
+
+def warm_state(seed: int, steps: int, workdir: str, lr: float, replies=()):
+  """The warm start, once per seed; every arm of the seed starts from its
+  parameters (on the host). The designer learns the family's programs at
+  every level (`train.warm_start_dir`); with `replies`, the agent learns
+  to answer every level with their mixture (`agent_rows`)."""
   c = curriculum_config.get_config("spade")
   c.seed = seed
   c.optim.learning_rate = lr
-  t = loop.Trainer(c, workdir)
-  t.engine.warm_start(t.seeds, steps)
-  params = jax.device_get(t.engine.state.params)
+  start = time.time()
+  with console.muted():
+    t = loop.Trainer(c, workdir)
+    e = t.engine
+    designer = engine_lib._folder_rows(e, c.train.warm_start_dir)  # pylint: disable=protected-access
+    agent = agent_rows(e, c, replies) if replies else []
+    e._warm_start_rows(designer, agent, steps)  # pylint: disable=protected-access
+  note("  warm start: %d steps in %.0f s", steps, time.time() - start)
+  params = jax.device_get(e.state.params)
   t.envs.close()
   return params
 
@@ -242,13 +297,13 @@ def run_arm(
     seed,
     iterations,
     workdir,
-    params,
+    warm,
     heldout,
     overrides=(),
     evaluate_every=1,
     evaluate_start=True,
 ):
-  """Trains one arm from `params`; returns its held-out evaluation before
+  """Trains one arm from the `warm` parameters; returns its held-out evaluation before
   training ("start"), its trace (held-out figures every `evaluate_every`
   iterations; 0: none) and its compute."""
   c = curriculum_config.get_config(arm)
@@ -262,8 +317,8 @@ def run_arm(
       node = node[p]
     node[last] = value
   t0 = time.time()
-  with _Counting() as counts:
-    t = CurriculumTrainer(c, workdir, heldout, params, evaluate_every)
+  with _Counting() as counts, console.muted():
+    t = CurriculumTrainer(c, workdir, heldout, warm, evaluate_every)
     start = evaluate(t, heldout, -1) if evaluate_start else {}
     start["level_probs"] = level_distribution(t)
     t.run()
@@ -376,54 +431,64 @@ def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--arms", default=",".join(ARMS))
   p.add_argument("--seeds", type=int, default=3)
-  p.add_argument("--iterations", type=int, default=12)
+  p.add_argument("--iterations", type=int, default=8)
   p.add_argument("--warm_start_steps", type=int, default=240)
   p.add_argument("--warm_start_lr", type=float, default=5e-3)
+  p.add_argument(
+      "--agent_replies",
+      default=AGENT_REPLIES,
+      help="the agent's warm start: the mixture of these replies to every"
+      " level; empty: a random agent",
+  )
   p.add_argument("--out", default="")
   args = p.parse_args(argv)
   console.quiet(verbose=False)
   out = args.out or tempfile.mkdtemp(prefix="spade-curriculum-")
   os.makedirs(out, exist_ok=True)
-  console.say("curriculum experiment: writing to %s", out)
+  note("writing to %s", out)
   arms = [a for a in args.arms.split(",") if a]
   heldout = heldout_envs()
   results: dict = {a: {} for a in arms}
   t0 = time.time()
+  done, total = 0, args.seeds * len(arms)
   for seed in range(args.seeds):
-    console.say("seed %d: warm start (%d steps)", seed, args.warm_start_steps)
-    params = warm_params(
+    note("seed %d: warm start (%d steps)", seed, args.warm_start_steps)
+    warm = warm_state(
         seed,
         args.warm_start_steps,
         os.path.join(out, f"warm_{seed}"),
         args.warm_start_lr,
+        tuple(r for r in args.agent_replies.split(",") if r),
     )
     for arm in arms:
-      console.say(
-          "seed %d, arm %s (%.0f s so far)", seed, arm, time.time() - t0
-      )
       try:
         res = run_arm(
             arm,
             seed,
             args.iterations,
             os.path.join(out, f"{arm}_{seed}"),
-            params,
+            warm,
             heldout,
         )
-      except ValueError as e:  # an arm this loop cannot run (adaptive)
-        console.say("arm %s skipped: %s", arm, e)
+      except ValueError as e:  # a config this loop refuses
+        note("arm %s skipped: %s", arm, e)
         continue
       results[arm][seed] = res
+      done += 1
       final = res["trace"][-1]["heldout"]
-      console.say(
-          "seed %d, arm %s: held-out %.3f, frontier %d, %s",
-          seed, arm, final["mean"], final["frontier"], res["compute"],
+      elapsed = time.time() - t0
+      note(
+          "seed %d, %s: held-out %.3f, frontier %d; %d/%d runs in %.0f s,"
+          " ETA %.0f s",
+          seed, arm, final["mean"], final["frontier"], done, total, elapsed,
+          elapsed / done * (total - done),
       )  # fmt: skip
       with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
   paths = plots(results, out)
-  console.say("plots: %s", ", ".join(paths))
-  console.say("total wall time %.0f s", time.time() - t0)
+  note("plots: %s", ", ".join(paths))
+  note("results: %s", os.path.join(out, "results.json"))
+  note("total wall time %.0f s", time.time() - t0)
   print(summary_line(results))
 
 

@@ -189,6 +189,12 @@ def base_config() -> ConfigDict:
   c.designer.samples_per_prompt = 2  # designs per grounding document (group)
   c.designer.max_new_tokens = 256
   c.designer.temperature = 1.0
+  # A design that (nearly) duplicates an archived program
+  # (memory.duplicate_threshold): "play" (the reference, which has no
+  # duplicate filter: played and trained like any design; the archive keeps
+  # the first copy) or "refuse" (ours: invalid, reason "duplicate", so the
+  # designer is pushed to new programs).
+  c.designer.duplicates = "play"
   c.designer.hint_temperature = 0.3
   # The reference's hint pass writes up to 4096 tokens (the games recipe's
   # --spade-hint-max-tokens); small configs lower it.
@@ -556,6 +562,7 @@ _CHOICES = {
         "tool_use_multi_turn",
     ),
     "designer.hint_source": ("writer", "program"),
+    "designer.duplicates": ("play", "refuse"),
     "regret.agent_advantage": ("center", "normalize"),
     "regret.timing": ("matched", "window"),
     "regret.window_reward": (

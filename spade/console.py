@@ -12,6 +12,7 @@ break the iteration bar.
 * `first_compile(kind, shape)`: names a first compilation ("compiling the
   designer sampler for 2 x 4096, once per shape") so a silent minute reads
   as what it is.
+* `muted()`: a context with none of these lines (a driver's own instead).
 * `current_ticker`: the ticker a compiled program's progress callback
   reports to (`spade.sampling.sampler.Sampler.report_every`).
 """
@@ -31,6 +32,7 @@ from absl import logging
 import tqdm
 
 _TICKER: list["Ticker | None"] = [None]
+_MUTED = [False]
 _COMPILED: set[tuple] = set()
 # Libraries whose INFO lines are not for the user.
 _NOISY = ("absl", "orbax", "jax", "jax._src", "etils", "tensorflow")
@@ -38,8 +40,28 @@ _NOISY = ("absl", "orbax", "jax", "jax._src", "etils", "tensorflow")
 
 def _process_zero() -> bool:
   # jax is not imported here: `say` must work before the backend starts.
+  if _MUTED[0]:
+    return False
   jax = sys.modules.get("jax")
   return jax is None or jax.process_index() == 0
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+  """Nothing from `say`, `refresh` or the loop's iteration bar inside: a
+  driver that runs many short trainings (experiments/curriculum.py) prints
+  its own lines instead."""
+  before = _MUTED[0]
+  _MUTED[0] = True
+  try:
+    yield
+  finally:
+    _MUTED[0] = before
+
+
+def is_muted() -> bool:
+  """Whether `muted` is in effect."""
+  return _MUTED[0]
 
 
 def say(fmt: str, *args) -> None:

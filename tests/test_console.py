@@ -45,3 +45,13 @@ def test_no_tpu_probe_on_a_host_without_tpus(monkeypatch):
   monkeypatch.setenv("JAX_PLATFORMS", "tpu")  # a user's choice is kept
   console.no_tpu_probe()
   assert os.environ["JAX_PLATFORMS"] == "tpu"
+
+
+def test_muted_prints_nothing_and_ends(capsys):
+  with console.muted():
+    assert console.is_muted()
+    console.say("inside")
+    console.refresh("inside too")
+  assert not console.is_muted()
+  console.say("after")
+  assert capsys.readouterr().err.splitlines() == ["spade: after"]

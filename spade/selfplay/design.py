@@ -335,7 +335,10 @@ def design(
     )
     if dup_of is not None:
       duplicates += 1
-      verdict = verdict.rejected("duplicate", f"near-duplicate of {dup_of}")
+      # The reference has no duplicate filter: a copy is played and trained
+      # like any design ("play"); the archive keeps the first one only.
+      if c.designer.duplicates == "refuse":
+        verdict = verdict.rejected("duplicate", f"near-duplicate of {dup_of}")
     designs.append(
         records.Design(
             index=i,

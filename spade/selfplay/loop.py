@@ -296,7 +296,7 @@ class Trainer:
         total=c.num_iterations,
         desc="spade",
         unit="it",
-        disable=jax.process_index() != 0,
+        disable=jax.process_index() != 0 or console.is_muted(),
     )
     for it in bar:
       m = self.iteration(it)

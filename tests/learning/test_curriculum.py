@@ -60,54 +60,28 @@ def _experiment():
 
 @functools.lru_cache(maxsize=None)
 def warm(seed: int = 0):
-  """(experiment module, params): the agent answers AGENT_REPLY to every
-  level, the designer writes the family's programs."""
+  """(experiment module, train state): the agent answers AGENT_REPLY to
+  every level, the designer writes the family's programs."""
   exp = _experiment()
-  from configs import curriculum as cfg  # pylint: disable=g-import-not-at-top
-  from spade.agent import prompts as agent_prompts  # pylint: disable=g-import-not-at-top
-  from spade.environments import microworld  # pylint: disable=g-import-not-at-top
-  from spade.selfplay import batching  # pylint: disable=g-import-not-at-top
-  from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
-  from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
-
-  import jax  # pylint: disable=g-import-not-at-top
-
-  c = cfg.get_config("spade")
-  c.seed = seed
-  c.optim.learning_rate = 5e-3
-  t = loop.Trainer(c, tempfile.mkdtemp(prefix="curriculum-warm-"))
-  e = t.engine
-  reply = e.tokenizer.encode(AGENT_REPLY) + [e.tokenizer.eos_id]
-  agent_rows = []
-  for name in microworld.NAMES:
-    for level in microworld.LEVELS:
-      for s in range(4):
-        scope = {}
-        exec(microworld.program(name, level, 500 + s), scope)  # pylint: disable=exec-used
-        observation, _ = scope["DigitLockEnv"]().reset(seed=0)
-        ids = agent_prompts.truncate_messages(
-            agent_prompts.history_messages(
-                observation, None, [], style=c.agent.prompt_style
-            ),
-            e.render,
-            e.prompt_budget("agent"),
-        )
-        agent_rows.append(batching.Row(ids, reply, [], 1.0))
-  designer_rows = engine_lib._folder_rows(e, c.train.warm_start_dir)  # pylint: disable=protected-access
-  e._warm_start_rows(designer_rows, agent_rows, WARM_STEPS)  # pylint: disable=protected-access
-  params = jax.device_get(e.state.params)
-  t.envs.close()
-  return exp, params
+  state = exp.warm_state(
+      seed,
+      WARM_STEPS,
+      tempfile.mkdtemp(prefix="curriculum-warm-"),
+      5e-3,
+      (AGENT_REPLY,),
+  )
+  return exp, state
 
 
 def run(variant: str, seed: int = 0) -> dict:
   """One designer-only run from the shared warm start; its figures."""
-  exp, params = warm(seed)
+  exp, state = warm(seed)
   from spade.agent import rollout  # pylint: disable=g-import-not-at-top
 
   overrides = [
       ("optim.agent_loss_weight", 0.0),
       ("optim.learning_rate", LEARNING_RATE),
+      ("designer.temperature", 1.0),
   ]
   arm, iterations = "spade", ITERATIONS
   if variant == "negated":
@@ -133,7 +107,7 @@ def run(variant: str, seed: int = 0) -> dict:
         seed,
         iterations,
         tempfile.mkdtemp(prefix=f"curriculum-{variant}-"),
-        params,
+        state,
         exp.heldout_envs(),
         overrides,
         evaluate_every=0,

@@ -7,6 +7,7 @@ import json
 import types
 
 import numpy as np
+import pytest
 
 from spade import config as config_lib
 from spade.agent import episodes as episodes_lib
@@ -456,3 +457,29 @@ def test_an_audit_prompt_over_budget_keeps_its_program():
   ok = records.Verdict.from_dict({"valid": True, "reason": "ok"})
   out, _ = design_lib.solvability_audit(c, engine, 0, 0, ["a"], [ok])
   assert out == [ok] and engine.sampled == []
+
+
+class _Repeater(FakeEngine):
+  """Writes the same program every time (its hints are the parent's)."""
+
+  def sample(self, prompts, **kwargs):
+    outs = super().sample(prompts, **kwargs)
+    if kwargs["role"] == "designer" and "```python" in outs[0][2]:
+      return [outs[0]] * len(outs)
+    return outs
+
+
+@pytest.mark.parametrize("mode", ["play", "refuse"])
+def test_a_copy_of_an_archived_program_is_played_unless_refused(mode):
+  # The reference has no duplicate filter ("play"); "refuse" is ours.
+  c = _config(**{"designer.duplicates": mode})
+  t = _trainer(c, _Repeater(c))
+  designs, metrics = _design(t, 0)
+  assert metrics["memory/duplicates_this_iter"] == len(designs) - 1
+  designs, metrics = _design(t, 1)
+  assert metrics["memory/duplicates_this_iter"] == len(designs)
+  if mode == "play":
+    assert all(d.valid for d in designs)
+  else:
+    assert not any(d.valid for d in designs)
+    assert {d.verdict.reason for d in designs} == {"duplicate"}
