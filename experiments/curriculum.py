@@ -69,7 +69,13 @@ ARMS = curriculum_config.ARMS
 
 def note(fmt: str, *args) -> None:
   """The experiment's own line (the loop's are muted while an arm runs)."""
-  print("curriculum: " + (fmt % args if args else fmt), file=sys.stderr, flush=True)
+  print(
+      "curriculum: " + (fmt % args if args else fmt),
+      file=sys.stderr,
+      flush=True,
+  )
+
+
 EVAL_EPISODES = 8  # per held-out program (3 a level) and evaluation
 # The agent's warm start: 1, 2 or 3 digits 6:3:1 whatever the level, so it
 # wins level 1 always, level 2 ~40% and level 3 ~10% of the time (frontier
@@ -166,9 +172,7 @@ class CurriculumTrainer(loop.Trainer):
   """The loop's Trainer, plus a held-out evaluation after each iteration
   and the designs' levels (measurement only: it trains nothing)."""
 
-  def __init__(
-      self, config, workdir, heldout, warm=None, evaluate_every=1
-  ):
+  def __init__(self, config, workdir, heldout, warm=None, evaluate_every=1):
     super().__init__(config, workdir)
     if warm is not None:
       # The warm start's parameters; the optimizer starts afresh, as in a
@@ -190,19 +194,24 @@ class CurriculumTrainer(loop.Trainer):
   def _save_programs(self, it, designs, envs, scores, window_scores, *a):
     # Each valid design's (level, designer reward) as the window scored it.
     self._rewards = [
-        (microworld.level_of(d.code), float(window_scores.design_reward[d.index]))
+        (
+            microworld.level_of(d.code),
+            float(window_scores.design_reward[d.index]),
+        )
         for d in designs
         if d.valid
     ]
-    return super()._save_programs(
-        it, designs, envs, scores, window_scores, *a
-    )
+    return super()._save_programs(it, designs, envs, scores, window_scores, *a)
 
   def iteration(self, it):
     m = super().iteration(it)
     levels = [microworld.level_of(d.code) for d in self.designed if d.valid]
     every = self.evaluate_every
-    ev = evaluate(self, self.heldout, it) if every and (it + 1) % every == 0 else None
+    ev = (
+        evaluate(self, self.heldout, it)
+        if every and (it + 1) % every == 0
+        else None
+    )
     self.trace.append(
         {
             "iteration": it + 1,

@@ -112,7 +112,8 @@ def test_every_curriculum_arm_validates():
     config_lib.validate(c)
     # The update's rows and the slot engine's cache hold a whole program.
     longest = max(
-        len(microworld.program(n, lv, 1)) for n in microworld.NAMES
+        len(microworld.program(n, lv, 1))
+        for n in microworld.NAMES
         for lv in microworld.LEVELS
     )
     assert c.designer.max_prompt_tokens + longest + 1 <= c.model.max_len

@@ -128,8 +128,10 @@ def run(variant: str, seed: int = 0) -> dict:
       "levels": [sorted(r["design_levels"]) for r in trace],
       "target_share": [share(r) for r in trace],
       # P(the designer writes a TARGET level): before, after each update.
-      "p_target": [p_target(res["start"]["level_probs"])]
-      + [p_target(r["level_probs"]) for r in trace],
+      "p_target": (
+          [p_target(res["start"]["level_probs"])]
+          + [p_target(r["level_probs"]) for r in trace]
+      ),
       "design_rewards": [r["design_rewards"] for r in trace],
       "regret": [r["regret"] for r in trace],
       "reward": [r["designer_reward"] for r in trace],
