@@ -169,8 +169,9 @@ class _Counting:
 
 
 class CurriculumTrainer(loop.Trainer):
-  """The loop's Trainer, plus a held-out evaluation after each iteration
-  and the designs' levels (measurement only: it trains nothing)."""
+  """The loop's Trainer, plus a held-out evaluation every `evaluate_every`
+  iterations, the designs' levels and rewards and the designer's level
+  distribution (measurement only: it trains nothing)."""
 
   def __init__(self, config, workdir, heldout, warm=None, evaluate_every=1):
     super().__init__(config, workdir)
@@ -280,7 +281,7 @@ def agent_rows(engine, config, replies, seeds=range(500, 502)):
   return rows
 
 
-def warm_state(seed: int, steps: int, workdir: str, lr: float, replies=()):
+def warm_params(seed: int, steps: int, workdir: str, lr: float, replies=()):
   """The warm start, once per seed; every arm of the seed starts from its
   parameters (on the host). The designer learns the family's programs at
   every level (`train.warm_start_dir`); with `replies`, the agent learns
@@ -312,9 +313,9 @@ def run_arm(
     evaluate_every=1,
     evaluate_start=True,
 ):
-  """Trains one arm from the `warm` parameters; returns its held-out evaluation before
-  training ("start"), its trace (held-out figures every `evaluate_every`
-  iterations; 0: none) and its compute."""
+  """Trains one arm from the `warm` parameters; returns its held-out
+  evaluation before training ("start"), its trace (held-out figures every
+  `evaluate_every` iterations; 0: none) and its compute."""
   c = curriculum_config.get_config(arm)
   c.seed = seed
   c.num_iterations = iterations
@@ -462,7 +463,7 @@ def main(argv=None) -> None:
   done, total = 0, args.seeds * len(arms)
   for seed in range(args.seeds):
     note("seed %d: warm start (%d steps)", seed, args.warm_start_steps)
-    warm = warm_state(
+    warm = warm_params(
         seed,
         args.warm_start_steps,
         os.path.join(out, f"warm_{seed}"),

@@ -107,15 +107,15 @@ def test_every_curriculum_arm_validates():
   from configs import curriculum  # pylint: disable=g-import-not-at-top
   from spade import config as config_lib  # pylint: disable=g-import-not-at-top
 
+  longest = max(
+      len(microworld.program(n, lv, 1))
+      for n in microworld.NAMES
+      for lv in microworld.LEVELS
+  )
   for arm in curriculum.ARMS + ("smoke",):
     c = curriculum.get_config(arm)
     config_lib.validate(c)
     # The update's rows and the slot engine's cache hold a whole program.
-    longest = max(
-        len(microworld.program(n, lv, 1))
-        for n in microworld.NAMES
-        for lv in microworld.LEVELS
-    )
     assert c.designer.max_prompt_tokens + longest + 1 <= c.model.max_len
   with pytest.raises(ValueError):
     curriculum.get_config("nope")

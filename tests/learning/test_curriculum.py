@@ -60,22 +60,22 @@ def _experiment():
 
 @functools.lru_cache(maxsize=None)
 def warm(seed: int = 0):
-  """(experiment module, train state): the agent answers AGENT_REPLY to
-  every level, the designer writes the family's programs."""
+  """(experiment module, params): the agent answers AGENT_REPLY to every
+  level, the designer writes the family's programs."""
   exp = _experiment()
-  state = exp.warm_state(
+  params = exp.warm_params(
       seed,
       WARM_STEPS,
       tempfile.mkdtemp(prefix="curriculum-warm-"),
       5e-3,
       (AGENT_REPLY,),
   )
-  return exp, state
+  return exp, params
 
 
 def run(variant: str, seed: int = 0) -> dict:
   """One designer-only run from the shared warm start; its figures."""
-  exp, state = warm(seed)
+  exp, params = warm(seed)
   from spade.agent import rollout  # pylint: disable=g-import-not-at-top
 
   overrides = [
@@ -107,7 +107,7 @@ def run(variant: str, seed: int = 0) -> dict:
         seed,
         iterations,
         tempfile.mkdtemp(prefix=f"curriculum-{variant}-"),
-        state,
+        params,
         exp.heldout_envs(),
         overrides,
         evaluate_every=0,
