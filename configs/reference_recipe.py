@@ -273,6 +273,12 @@ def _tool_use(c):
   c.environments.reset_gate = True
   # --spade-use-env-validator: the designer audits each valid program.
   c.designer.audit = True
+  # SPADE_MASK_MALFORMED_TOOLCALL=1: an unparsable <tool_call> is stepped
+  # with no loss and a [FORMAT] note (orchestrator._play_tool_game_async).
+  c.agent.mask_malformed_tool_calls = True
+  # --spade-compact-filter: episodes not terminated carry no loss
+  # (slime/spade_rollout.py).
+  c.agent.compact_filter = True
 
 
 def _tiny(c, variant):

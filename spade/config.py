@@ -314,6 +314,17 @@ def base_config() -> ConfigDict:
   # episode ends, truncated) or "drop_oldest" (ours: the oldest
   # exchanges are dropped to go on).
   c.agent.full_context = "end"
+  # A reply to a tool-use environment that opens a <tool_call> the parser
+  # cannot read (and gives no <answer>): False (the reference's default)
+  # trains it like any reply; True (its tool-use recipe,
+  # SPADE_MASK_MALFORMED_TOOLCALL=1) steps it with no loss and adds the
+  # reference's [FORMAT] note to the observation.
+  c.agent.mask_malformed_tool_calls = False
+  # True (the reference's --spade-compact-filter, set by its tool-use
+  # recipe): episodes the environment did not terminate (truncated, a reply
+  # cut off, out of turns or context) carry no loss; their returns still
+  # count in the group's advantages. False: the reference's default.
+  c.agent.compact_filter = False
   # Unhinted plays per environment: > 0 plays ceil(this / #valid) on each
   # (the reference: global batch 192 / the games played, orchestrator.
   # collect_trajectories); 0 plays `episodes_per_env` each (small configs).

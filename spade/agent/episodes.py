@@ -30,6 +30,9 @@ class Turn:
   # When the prompt is a prefix of the episode's token sequence
   # (`Episode.tokens`), `prompt_ids` is left empty and this is its length.
   context_len: int = 0
+  # False: the reply is kept in the history but carries no loss (a
+  # malformed tool call under `agent.mask_malformed_tool_calls`).
+  trained: bool = True
 
   def prompt(self, episode: "Episode") -> tuple[int, ...]:
     """The ids this reply was sampled from."""

@@ -273,6 +273,9 @@ class RolloutStats:
   sandbox_hidden_s: float = 0.0
   tokens_sampled: int = 0
   tool_calls: int = 0
+  # Replies to a tool-use environment that opened a `<tool_call>` the parser
+  # could not read (and gave no `<answer>`).
+  malformed_tool_calls: int = 0
   # Decode row-steps the sampling ran (slots x steps, or per lock-step call
   # its rows x the steps its longest reply took) and the tokens it made.
   decode_row_steps: int = 0
@@ -282,6 +285,28 @@ class RolloutStats:
   def padding_ratio(self) -> float:
     """Decode row-steps per generated token (1.0: no padding)."""
     return self.decode_row_steps / max(self.tokens_generated, 1)
+
+
+# What the reference appends to the observation after a malformed tool call
+# (orchestrator._play_tool_game_async, SPADE_MASK_MALFORMED_TOOLCALL=1).
+MALFORMED_TOOL_CALL_NOTE = (
+    "\n\n[FORMAT] Your previous <tool_call> could not be parsed. Emit"
+    ' exactly: <tool_call>{"name": "<tool_name>", "arguments":'
+    " {<args>}}</tool_call>"
+)
+
+
+def malformed_tool_call(text: str, has_tools: bool) -> bool:
+  """A reply to a tool-use environment that opens a `<tool_call>` but holds
+  no call the parser reads and no `<answer>` (the reference's test)."""
+  from spade.environments import tool_calls  # pylint: disable=g-import-not-at-top
+
+  return (
+      has_tools
+      and "<tool_call>" in text
+      and tool_calls.parse_answer(text) is None
+      and not tool_calls.parse_tool_calls(text)
+  )
 
 
 # A step() that raised is the reference's outcome for the agent (reward -1,
@@ -386,6 +411,7 @@ def run_episodes(
     action_rule: str = "parse",
     unfinished_reply: str = "end",
     full_context: str = "end",
+    mask_malformed_tool_calls: bool = False,
 ) -> tuple[list[episodes_lib.Episode], RolloutStats]:
   """Plays all episodes to the end (termination, truncation or `max_turns`).
 
@@ -448,6 +474,12 @@ def run_episodes(
     full_context: `config.agent.full_context`: "end" (the reference) or
       "drop_oldest" (ours: `prompts.truncate_messages` drops the
       oldest exchanges and the episode goes on).
+    mask_malformed_tool_calls: `config.agent.mask_malformed_tool_calls`:
+      a reply to a tool-use environment that opens a `<tool_call>` the
+      parser cannot read (`malformed_tool_call`) is still stepped, but its
+      tokens carry no loss (`Turn.trained` False) and the observation ends
+      with `MALFORMED_TOOL_CALL_NOTE` (the reference's
+      SPADE_MASK_MALFORMED_TOOLCALL=1; off, it trains like any reply).
 
   Returns:
     The frozen episodes (same order as specs) and the time spent.
@@ -632,6 +664,15 @@ def run_episodes(
         ep.turns.append(turn(0.0, ""))
         ep.done, ep.truncated = True, True
         continue
+      note = ""
+      if kind == "step" and malformed_tool_call(text, ep.tools):
+        stats.malformed_tool_calls += 1
+        if mask_malformed_tool_calls:
+          # Stepped (the environment may answer with guidance), not trained.
+          turn = functools.partial(turn, trained=False)
+          note = MALFORMED_TOOL_CALL_NOTE
+          if in_seq:
+            ep.seq_mask[len(ep.seq) - len(tok) :] = [False] * len(tok)
       if kind == "tools":
         outputs = []
         for r in res:
@@ -655,10 +696,12 @@ def run_episodes(
           ep.fail(res)
         continue
       else:
-        ep.turns.append(turn(float(res["reward"]), res["obs"]))
         ep.terminated = bool(res["terminated"])
         ep.truncated = bool(res["truncated"])
         ep.done = ep.terminated or ep.truncated
+        # The note is shown only when the episode goes on (the reference).
+        obs = res["obs"] if ep.done else f"{res['obs']}{note}"
+        ep.turns.append(turn(float(res["reward"]), obs))
       if not ep.done and len(ep.turns) >= max_turns:
         ep.done, ep.truncated = True, True
       if ep.exact and not ep.done:

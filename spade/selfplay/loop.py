@@ -161,6 +161,13 @@ class Trainer:
     scores = score_lib.score(c, [], envs, *score_lib.returns(c, envs, episodes))
     self.state.update_difficulty(scores)  # adaptive mode: windows learn
     agent_rows, total = score_lib.agent_rows(c, episodes, scores)
+    compact = {}
+    if c.agent.compact_filter:
+      filtered, trainable = score_lib.compact_filtered(c, episodes)
+      compact = {
+          "rollout/compact_filtered_count": float(filtered),
+          "rollout/compact_filtered_pct": filtered / max(trainable, 1),
+      }
     window = window.with_plays(
         scores.returns, scores.mask, score_lib.timed_out(len(envs), episodes)
     )
@@ -225,6 +232,7 @@ class Trainer:
             "designer/diversity": self.state.diversity(
                 [d.code for d in designed.designs]
             ),
+            **compact,
         },
     )
 

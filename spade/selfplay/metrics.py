@@ -147,6 +147,7 @@ def iteration_metrics(
       ),
       "agent/env_failed_episodes": float(sum(ep.env_failed for ep in episodes)),
       "agent/tool_calls": float(stats.tool_calls),
+      "agent/malformed_tool_calls": float(stats.malformed_tool_calls),
       "agent/num_envs": float(len(envs)),
       "agent/seed_envs": float(sum(e.origin in ("seed", "pool") for e in envs)),
       "train/rows_with_signal": float(signal),

@@ -212,4 +212,5 @@ def play(
       action_rule=c.agent.action,
       unfinished_reply=c.agent.unfinished_reply,
       full_context=c.agent.full_context,
+      mask_malformed_tool_calls=c.agent.mask_malformed_tool_calls,
   )

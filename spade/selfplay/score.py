@@ -98,18 +98,24 @@ def agent_rows(
   A row whose advantage is 0 (its group's returns were all equal) adds
   nothing to the gradient, so it is not batched; episodes of a failed
   environment and, unless `agent.train_on_hinted`, hinted episodes are not
-  trained on.
+  trained on. Under `agent.compact_filter` (the reference's
+  --spade-compact-filter) an episode the environment did not terminate
+  (truncated, cut off, out of turns or context) counts but carries no loss;
+  its return still counts in its group's advantages. A reply marked
+  untrained (`Turn.trained`) carries no loss either.
   """
   rows, total = [], 0
   for ep in episodes:
     if ep.env_failed or (ep.hinted and not config.agent.train_on_hinted):
       continue
     a = float(scores.agent_advantages[ep.env_index, ep.sample, int(ep.hinted)])
+    if config.agent.compact_filter and not ep.terminated:
+      a = 0.0
     if ep.exact and any(t.completion_ids for t in ep.turns):
       # The whole episode as one row: replies unmasked, the environment's
       # words between them masked, scored once.
       total += 1
-      if a != 0.0:
+      if a != 0.0 and any(ep.token_mask[ep.prompt_len :]):
         rows.append(
             batching.Row(
                 ep.tokens[: ep.prompt_len],
@@ -124,11 +130,25 @@ def agent_rows(
       if not turn.completion_ids:
         continue
       total += 1
-      if a != 0.0:
+      if a != 0.0 and turn.trained:
         rows.append(
             batching.Row(turn.prompt(ep), turn.completion_ids, turn.logprobs, a)
         )
   return rows, total
+
+
+def compact_filtered(
+    config: ml_collections.ConfigDict, episodes: list[records.Episode]
+) -> tuple[int, int]:
+  """(episodes `agent.compact_filter` keeps out of the update, episodes the
+  update could train on): the trainable ones the environment did not
+  terminate (`rollout/compact_filtered_count`, `_pct`)."""
+  trainable = [
+      ep
+      for ep in episodes
+      if not ep.env_failed and (config.agent.train_on_hinted or not ep.hinted)
+  ]
+  return sum(not ep.terminated for ep in trainable), len(trainable)
 
 
 def designer_rows(

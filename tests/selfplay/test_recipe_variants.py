@@ -213,3 +213,7 @@ def test_tool_use_runlocal_runs_an_iteration(tmp_path):
     config = json.load(f)
   assert config["designer"]["prompt_family"] == "tool_use_multi_turn"
   assert config["designer"]["regeneration_interval"] == 2
+  # The recipe's compact filter reports what it kept out of the update.
+  assert 0.0 <= row["rollout/compact_filtered_pct"] <= 1.0
+  assert row["rollout/compact_filtered_count"] <= row["agent/episodes"]
+  assert "agent/malformed_tool_calls" in row
