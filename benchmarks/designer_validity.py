@@ -46,6 +46,7 @@ import jax
 import numpy as np
 
 from spade import config as config_lib
+from spade import console
 from spade import grounding
 from spade.designer import examples
 from spade.designer import extract
@@ -178,6 +179,7 @@ def rescore(directory: str, threshold: float) -> None:
 
 
 def main(argv=None) -> None:
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   args = _parse(argv)
   config = _load_config(args.config)
   if args.rescore:

@@ -32,6 +32,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from spade import config as config_lib
+from spade import console
 from spade.selfplay import loop
 from spade.selfplay import metrics as metrics_lib
 
@@ -125,6 +126,7 @@ def _rows_line() -> str:
 
 
 def main(argv):
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   del argv
   rows = _rows_line()
   if _ROWS_ONLY.value:

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
 from spade import config as config_lib
+from spade import console
 from spade.grounding import build_corpus
 from spade.memory import Archive
 
@@ -48,6 +49,7 @@ def _timed(fn, repeats: int = 1):
 
 
 def main() -> None:
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--size", type=int, default=1000)
   args = parser.parse_args()

@@ -29,6 +29,7 @@ import jax  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 from spade import config as config_lib
+from spade import console
 from spade.model import architecture
 from spade.model import transformer
 from spade.sampling import text
@@ -76,6 +77,7 @@ def play(gen, params, args, session) -> tuple[float, list[list[int]], int]:
 
 
 def main() -> None:
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", type=int, default=8)
   parser.add_argument("--turns", type=int, default=6)

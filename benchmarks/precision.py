@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade import config as config_lib
+from spade import console
 from spade.model import gguf_files
 from spade.model import gguf_tensors
 from spade.model import layout
@@ -109,6 +110,7 @@ def measure(name: str) -> dict[str, float]:
 
 
 def main(argv):
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   del argv
   pairs = []
   for name in _MODELS.value:

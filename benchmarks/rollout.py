@@ -75,6 +75,7 @@ import jax  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 from configs import tiny
+from spade import console
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sampling import shapes
@@ -303,6 +304,7 @@ def play_slots(engine, params, iterations, progress, report=False):
 
 
 def main() -> None:
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workloads", default="replay,synthetic")
   parser.add_argument("--slots", type=int, default=4)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade import config as config_lib
+from spade import console
 from spade.model import architecture
 from spade.model import gguf_files
 from spade.model import loading
@@ -203,6 +204,7 @@ def decode_bytes_and_flops(config) -> tuple[float, float]:
 
 def main() -> None:
   """Runs both sides and prints the key=value summary last."""
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--new_tokens", type=int, default=32)
   parser.add_argument("--skip_hf", action="store_true")

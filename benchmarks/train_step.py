@@ -66,6 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade import config as config_lib
+from spade import console
 from spade.model import sharding
 from spade.model import transformer
 from spade.train import state as state_lib
@@ -257,6 +258,7 @@ def peak_memory(
 
 
 def main(argv):
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   del argv
   if _MEMORY.value:
     rows, length = (int(v) for v in _MEMORY_ROWS.value.split("x"))

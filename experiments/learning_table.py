@@ -32,6 +32,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from spade import config as config_lib
+from spade import console
 from spade.eval import __main__ as eval_main
 from spade.selfplay import loop
 from spade.selfplay import metrics as metrics_lib
@@ -54,6 +55,7 @@ def _scores(config, workdir: str) -> dict[str, float]:
 
 
 def main(argv):
+  console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   del argv
   base = _CONFIG.value
   base.num_iterations = _ITERS.value
