@@ -29,7 +29,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-from ml_collections import config_flags
 
 from spade import config as config_lib
 from spade import console
@@ -37,19 +36,21 @@ from spade.eval import __main__ as eval_main
 from spade.selfplay import loop
 from spade.selfplay import metrics as metrics_lib
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+# --config and --workdir are spade.main's flags, --num_examples
+# spade.eval's (both modules are imported above and define them).
+FLAGS = flags.FLAGS
 _ITERS = flags.DEFINE_integer("iterations", 20, "Training iterations per run.")
 _SUITES = flags.DEFINE_list(
     "suites", ["seed_heldout"], "Eval suites before and after."
 )
-_EXAMPLES = flags.DEFINE_integer("num_examples", 32, "Items per suite.")
 
 
 def _scores(config, workdir: str) -> dict[str, float]:
   out = {}
   for suite in _SUITES.value:
-    result = eval_main.evaluate_workdir(config, workdir, suite, _EXAMPLES.value)
+    result = eval_main.evaluate_workdir(
+        config, workdir, suite, FLAGS.num_examples
+    )
     out[suite] = float(result["score"])
   return out
 
@@ -57,14 +58,14 @@ def _scores(config, workdir: str) -> dict[str, float]:
 def main(argv):
   console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   del argv
-  base = _CONFIG.value
+  base = FLAGS.config
   base.num_iterations = _ITERS.value
   config_lib.validate(base)
   rows = {}
   for mode in ("spade", "fixed_pool"):
     config = config_lib.ConfigDict(base.to_dict())
     config.train.mode = mode
-    workdir = os.path.join(_WORKDIR.value, mode)
+    workdir = os.path.join(FLAGS.workdir, mode)
     os.makedirs(workdir, exist_ok=True)
     before = _scores(config, workdir)  # no checkpoint yet: initial weights
     loop.train_and_evaluate(config, workdir)
@@ -88,9 +89,9 @@ def main(argv):
     )
   table = "\n".join(lines)
   print(table)
-  with open(os.path.join(_WORKDIR.value, "learning_table.md"), "w") as f:
+  with open(os.path.join(FLAGS.workdir, "learning_table.md"), "w") as f:
     f.write(table + "\n")
-  with open(os.path.join(_WORKDIR.value, "learning_table.json"), "w") as f:
+  with open(os.path.join(FLAGS.workdir, "learning_table.json"), "w") as f:
     json.dump(
         {
             k: {"before": v["before"], "after": v["after"]}
