@@ -73,6 +73,17 @@ continue it. Otherwise the whole prompt is prefilled again. Ring-buffer
 (sliding-window) models always re-prefill: the dead writes of a parked slot
 evict its window (`Engine.can_continue`).
 
+Shared prefixes. A request that does not continue its own slot may start
+with at least a chunk of the contiguous first prompt another slot still
+holds (live, or parked and not lapped): the episodes of one environment
+share their first prompt. Its row then takes that slot's row, moved in time
+so the prefix ends where its new columns begin, with every key outside the
+prefix emptied (position -1), and only the rest of its prompt is
+prefilled, at positions after the prefix (`Engine.share_prefixes`; the
+counters `requests_shared`, `tokens_shared`). Lock-step's sampler prefills
+identical first prompts once; this is the same saving for prompts that
+arrive at different times and share only a prefix.
+
 Host side (`Server`, made by `Engine.start(params)`): a request queue;
 each `step()` fills free slots, runs one `generate`, and hands back the
 requests that ended; the `generate` returns as soon as a row ends when
@@ -159,7 +170,8 @@ class Result:
     logprobs: float32[n], log_softmax of the raw logits at each token.
     finished: a stop id was emitted.
     slot: the slot it ran in.
-    carried: history tokens continued from its slot instead of prefilled.
+    carried: prompt tokens taken from a cache instead of prefilled (its
+      slot's history, or another slot's shared prefix).
   """
 
   request: Request
@@ -204,6 +216,10 @@ class Engine:
       slots between calls; see `Server.step` for returning early).
     min_window: the smallest live-cache window `generate` and
       `prefill_insert` attend over (`windows`); 0: always the whole cache.
+    share_prefixes: a request whose prompt starts with at least a chunk of
+      a prompt another slot still holds (live or parked) copies that
+      prefix's cache into its row and prefills only the rest (the episodes
+      of one environment share their first prompt).
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and logical axis rules (as for `Sampler`).
   """
@@ -221,6 +237,7 @@ class Engine:
   prefill_rows: int = 1
   decode_steps: int = 16
   min_window: int = 64
+  share_prefixes: bool = True
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -353,8 +370,8 @@ class Engine:
     limit), in place, on the last `window` cache steps (one of `windows`,
     holding every row's history and new columns; see `_run_on`)."""
     self.traces["prefill_insert"] += 1
-    tokens, lengths, base, cont, shift, first = rows
-    del tokens, first
+    tokens, lengths, base, cont, shift, first, src, span = rows
+    del tokens, first, src, span
     dst, keys, limits = reqs
     branch = lambda w, st: self._prefill_window(w, params, rows, reqs, st)
     cache, logits = self._run_on(window, branch, state)
@@ -381,7 +398,7 @@ class Engine:
     """`_prefill_insert`'s prefill on a `window`-step view of the rows
     (cache times [clock - window, clock)): the new cache and the logits."""
     c, chunk = self.cache_length, self.chunk
-    tokens, lengths, base, cont, shift, first = rows
+    tokens, lengths, base, cont, shift, first, src, span = rows
     dst, _, _ = reqs
     k = tokens.shape[0]
     clock = state["clock"]
@@ -393,23 +410,35 @@ class Engine:
     # slot's ring: the view's step j is time w0 + j.
     w0 = clock - window
     steps = jnp.arange(window, dtype=jnp.int32)
+    # A continued row keeps only the times [hi - span, hi) after its move,
+    # hi = where the new columns begin: its own history, or the prefix it
+    # shares with another slot's (whose later entries are not its own).
+    hi = clock - (c - first * chunk)
+    # The time of each step of the view: a window's step j is w0 + j; the
+    # whole cache's ring slot i holds the time in [clock - c, clock) = i.
+    times = w0 + steps if not whole else clock - c + (steps - clock) % c
 
     def start(x_state, x_fresh, spec, t):
-      # Each destination slot's row (a slice, not a gather), its history
-      # moved `shift` steps later in time (the whole cache: a roll, a slice
-      # of the row doubled; a window: the window's steps gathered from
-      # `shift` earlier); fresh rows take the empty cache.
+      # Each row's source slot (its own, or the slot whose prefix it
+      # shares; a slice, not a gather), its history moved `shift` steps
+      # later in time (the whole cache: a roll, a slice of the row doubled;
+      # a window: the window's steps gathered from `shift` earlier); fresh
+      # rows take the empty cache.
       axis, per_row = spec
       parts = []
       for r in range(k):
         y = jax.lax.dynamic_slice_in_dim(
-            x_state, at[r] * per_row, per_row, axis=axis
+            x_state, src[r] * per_row, per_row, axis=axis
         )
         if t is not None:
           if whole:
             y = jnp.roll(y, shift[r], axis=t)
           else:
             y = jnp.take(y, (w0 + steps - shift[r]) % c, axis=t)
+          if jnp.issubdtype(y.dtype, jnp.integer):
+            kept = (times >= hi - span[r]) & (times < hi)
+            kept = kept.reshape((1,) * t + (-1,) + (1,) * (y.ndim - t - 1))
+            y = jnp.where(kept, y, -1)
         fresh = jax.lax.slice_in_dim(x_fresh, r * per_row, (r + 1) * per_row,
                                      axis=axis)  # fmt: skip
         parts.append(jnp.where(cont[r], y, fresh))
@@ -655,6 +684,10 @@ class _Slot:
   first: int = 0
   end: int = 0
   freed_at: int = 0
+  # Tokens the row holds contiguously from cache time `prefix_first` (its
+  # first prompt, or what of it is contiguous), for other requests to share.
+  prefix: tuple[int, ...] = ()
+  prefix_first: int = 0
 
 
 class Server:
@@ -677,6 +710,8 @@ class Server:
     self.prefill_columns = 0  # rows x columns the prefills wrote
     self.tokens_carried = 0
     self.requests_carried = 0
+    self.tokens_shared = 0  # prompt tokens copied from another slot's prefix
+    self.requests_shared = 0
     self.generate_calls = 0
     self.window_row_steps = 0  # slots x steps x window steps attended
     self.windows = collections.Counter()  # generate calls per window
@@ -797,6 +832,27 @@ class Server:
       free.discard(s)
     return picked
 
+  def _shared(self, request: Request) -> tuple[int, int] | None:
+    """(slot, tokens) of the longest prompt prefix another slot's cache
+    still holds for `request` (at least a chunk, at most all but its last
+    token), or None."""
+    eng = self.engine
+    if not (eng.share_prefixes and eng.can_continue):
+      return None
+    prompt, best = tuple(request.prompt), None
+    for s, slot in enumerate(self.slots):
+      if (
+          len(slot.prefix) < eng.chunk
+          or self.clock - slot.prefix_first > eng.cache_length
+      ):
+        continue
+      n = min(len(slot.prefix), len(prompt) - 1)
+      same = np.asarray(slot.prefix[:n]) == np.asarray(prompt[:n])
+      p = n if same.all() else int(np.argmin(same))
+      if p >= eng.chunk and (best is None or p > best[1]):
+        best = (s, p)
+    return best
+
   def _fill(self) -> list[Result]:
     done = []
     while True:
@@ -809,47 +865,69 @@ class Server:
     eng = self.engine
     c, chunk, k = eng.cache_length, eng.chunk, eng.prefill_rows
     pad_to = lambda n: -(-n // chunk) * chunk
-    carry = [self._continues(self.slots[s], r) for r, s in picked]
+    # Per request: None (prefilled whole), ("own", slot) continuing its
+    # slot's history, or ("shared", slot, tokens) copying another slot's
+    # prefix; a source covers [first, first + span) of its row's times.
+    sources = []
+    for r, s in picked:
+      if self._continues(self.slots[s], r):
+        sources.append(("own", s, len(self.slots[s].history)))
+      else:
+        shared = self._shared(r)
+        sources.append(None if shared is None else ("shared", *shared))
+
+    def span(src):
+      if src is None:
+        return 0
+      slot = self.slots[src[1]]
+      return slot.end - slot.first if src[0] == "own" else src[2]
+
     while True:
       todo = [
-          len(r.prompt) - (len(self.slots[s].history) if cont else 0)
-          for (r, s), cont in zip(picked, carry)
+          len(r.prompt) - (src[2] if src else 0)
+          for (r, _), src in zip(picked, sources)
       ]
       width = pad_to(max(todo))
       # A continued history sits before the padded columns: it needs room
       # for them and the reply, else the request is prefilled whole.
       fits = [
-          not cont
-          or (self.slots[s].end - self.slots[s].first) + width
-          + r.max_new_tokens <= c
-          for (r, s), cont in zip(picked, carry)
-      ]  # fmt: skip
+          src is None or span(src) + width + r.max_new_tokens <= c
+          for (r, _), src in zip(picked, sources)
+      ]
       if all(fits):
         break
-      carry = [cont and ok for cont, ok in zip(carry, fits)]
+      sources = [src if ok else None for src, ok in zip(sources, fits)]
+    hi = self.clock - width  # where the new columns begin
     rows = []
-    for (r, s), cont in zip(picked, carry):
-      slot = self.slots[s]
-      if cont:
-        row = (r.prompt[len(slot.history) :], len(slot.history), True,
-               (self.clock - width) - slot.end)  # fmt: skip
+    for (r, s), src in zip(picked, sources):
+      if src is None:
+        rows.append((r.prompt, 0, False, 0, s, 0))
+        continue
+      kind, at, n = src
+      held = self.slots[at]
+      end = held.end if kind == "own" else held.prefix_first + n
+      rows.append((r.prompt[n:], n, True, hi - end, at, span(src)))
+      if kind == "own":
         self.requests_carried += 1
-        self.tokens_carried += len(slot.history)
+        self.tokens_carried += n
       else:
-        row = (r.prompt, 0, False, 0)
-      rows.append(row)
+        self.requests_shared += 1
+        self.tokens_shared += n
     m = len(picked)
     rows += [rows[0]] * (k - m)  # fillers, written nowhere
     tokens = np.full((k, c), eng.pad_id, np.int32)
-    for i, (toks, _, _, _) in enumerate(rows):
-      tokens[i, c - len(toks) :] = toks
+    for i, row in enumerate(rows):
+      tokens[i, c - len(row[0]) :] = row[0]
+    column = lambda j, dtype: np.asarray([row[j] for row in rows], dtype)
     host_rows = (
         tokens,
-        np.asarray([len(t) for t, _, _, _ in rows], np.int32),
-        np.asarray([b for _, b, _, _ in rows], np.int32),
-        np.asarray([cont for _, _, cont, _ in rows], bool),
-        np.asarray([sh for _, _, _, sh in rows], np.int32),
+        np.asarray([len(row[0]) for row in rows], np.int32),
+        column(1, np.int32),
+        column(2, bool),
+        column(3, np.int32),
         np.int32((c - width) // chunk),
+        column(4, np.int32),
+        column(5, np.int32),
     )
     keys = np.zeros((k, 2), np.uint32)
     keys[:m] = [np.asarray(jax.random.key_data(r.rng)) for r, _ in picked]
@@ -862,10 +940,7 @@ class Server:
     )
     # The window holds each row's new columns and a continued row's
     # history before them.
-    window = eng.window(width + max(
-        (self.slots[s].end - self.slots[s].first) if cont else 0
-        for (_, s), cont in zip(picked, carry)
-    ))  # fmt: skip
+    window = eng.window(width + max(span(src) for src in sources))
     _, _, prefill, _ = eng._programs
     t0 = time.perf_counter()
     self.state, out = eng._call(prefill, self.params, self.state, host_rows,
@@ -875,19 +950,32 @@ class Server:
     self.prefill_calls += 1
     self.prefill_columns += k * width
     self.decode_row_steps += k  # the first tokens' draw
-    done = []
-    for i, ((r, s), cont) in enumerate(zip(picked, carry)):
-      slot = self.slots[s]
-      carried = len(slot.history) if cont else 0
-      first = slot.first + (self.clock - width - slot.end) if cont else 0
-      if not cont:
+    done, before = [], list(self.slots)
+    for i, ((r, s), src) in enumerate(zip(picked, sources)):
+      slot = before[s]
+      carried = src[2] if src else 0
+      if src is None:
         first = self.clock - len(r.prompt)
-        if slot.holder is not None:
-          self._held.pop(slot.holder, None)
+        prefix, prefix_first = tuple(r.prompt), first
+      elif src[0] == "own":
+        first = hi - span(src)
+        prefix = slot.prefix
+        prefix_first = slot.prefix_first + (hi - slot.end)
+      else:
+        first = prefix_first = hi - carried
+        # The rest of the prompt sits right after the prefix only when it
+        # filled its columns (no left padding between them).
+        rest = tuple(r.prompt[carried:])
+        prefix = tuple(r.prompt[:carried]) + (
+            rest if len(rest) == width else ()
+        )
+      if (src is None or src[0] == "shared") and slot.holder is not None:
+        self._held.pop(slot.holder, None)
       self._held[r.key] = s
       self.slots[s] = _Slot(
           request=r, tokens=[int(tok[i])], logprobs=[float(logp[i])],
-          carried=carried, holder=r.key, first=first,
+          carried=carried, holder=r.key, first=first, prefix=prefix,
+          prefix_first=prefix_first,
       )  # fmt: skip
       self.tokens_generated += 1
       if not live[i]:

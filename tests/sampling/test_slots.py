@@ -302,6 +302,56 @@ def test_a_continued_turn_samples_what_a_re_prefill_samples(flat):
   np.testing.assert_allclose(kept.logprobs, fresh.logprobs, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "temperature,min_window", [(0.0, 8), (1.0, 8), (1.0, 0)]
+)
+def test_a_shared_prefix_samples_what_a_whole_prefill_samples(
+    flat, temperature, min_window
+):
+  """Requests whose prompts start with another slot's prompt (live or
+  parked) copy that prefix's cache and prefill only the rest: one shares
+  all but its last token, one only part of the source's prompt (the
+  source's later keys must not leak into it). Each samples what the
+  lock-step sampler samples on its whole prompt alone; with sharing off,
+  nothing is shared and the tokens are the same."""
+  cfg, params = flat
+  a = [BOS] + list(range(20, 31))
+  prompts = [a + [40, 41], [BOS, 7, 8], a + [50], a[:9] + [60, 61, 62],
+             a + [40, 41], a + [50, 70, 71]]  # fmt: skip
+  limits = [6, 4, 5, 3, 6, 4]
+  out = {}
+  for share in (True, False):
+    engine = _engine(cfg, temperature=temperature, cache_length=64,
+                     slots=3, min_window=min_window,
+                     share_prefixes=share)  # fmt: skip
+    server = engine.start(params)
+    reqs = _requests(prompts, limits, seed=5)
+    late = list(reqs[2:])
+
+    def arrive(_, late=late, server=server):
+      if late:
+        server.submit(late.pop(0))
+
+    results = server.run(reqs[:2], on_result=arrive)
+    by_key = {r.request.key: r for r in results}
+    out[share] = by_key
+    for res in results:
+      tokens, logprobs = _alone(cfg, params, res.request, temperature)
+      np.testing.assert_array_equal(res.tokens, tokens)
+      np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+    if share:
+      assert by_key[3].carried == 9  # the part of a it shares
+      assert by_key[4].carried == 13  # all but its last token
+      assert by_key[2].carried >= 12 and by_key[5].carried >= 12
+      assert server.requests_shared == 4
+      assert server.tokens_shared == sum(by_key[k].carried for k in range(2, 6))
+    else:
+      assert server.requests_shared == 0
+      assert all(r.carried == 0 for r in results)
+  for k, res in out[True].items():
+    np.testing.assert_array_equal(res.tokens, out[False][k].tokens)
+
+
 def test_ring_buffer_models_re_prefill_every_turn(ring):
   cfg, params = ring
   engine = _engine(cfg, slots=1)
