@@ -18,8 +18,9 @@ tokens and only the decode row-steps and the time differ.
   below the episodes in flight, as a real rollout's slots are: 24 and 32
   episodes here); an episode's next turn is queued the moment its reply
   ends (`generate` returns as soon as a row ends) and continues its slot's
-  cache; each call runs on the smallest cache window that holds the live
-  histories (`Engine.windows`).
+  cache; a first prompt another slot holds is copied, not prefilled
+  (`Engine.share_prefixes`); each call runs on the smallest cache window
+  that holds the live histories (`Engine.windows`).
 
 Every request's PRNG key is derived before the clock starts, on both paths.
 
@@ -296,7 +297,9 @@ def play_slots(engine, params, iterations, progress, report=False):
           f" {server.seconds:.2f}s ({server.prefill_calls} calls), generate"
           f" {server.seconds - server.prefill_seconds:.2f}s"
           f" ({server.generate_calls} calls; calls per window"
-          f" {dict(sorted(server.windows.items()))})",
+          f" {dict(sorted(server.windows.items()))}); {server.prefill_columns}"
+          f" prefill columns, {server.requests_shared} requests shared"
+          f" {server.tokens_shared} prefix tokens",
           file=sys.stderr,
           flush=True,
       )
@@ -312,6 +315,10 @@ def main() -> None:
   parser.add_argument("--decode_steps", type=int, default=32)
   parser.add_argument("--prefill_chunk", type=int, default=16)
   parser.add_argument("--prefill_rows", type=int, default=1)
+  parser.add_argument(
+      "--share_prefixes", type=int, default=1,
+      help="1: the engine copies shared first prompts (the default); 0: off",
+  )  # fmt: skip
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument(
@@ -334,6 +341,7 @@ def main() -> None:
       *fns, pad_id=PAD, slots=args.slots, cache_length=cfg.max_len,
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
       decode_steps=args.decode_steps, temperature=1.0,
+      share_prefixes=bool(args.share_prefixes),
   )  # fmt: skip
   make = dict(replay=replay_workload, synthetic=synthetic_workload)
   source = "synthesised"

@@ -91,8 +91,8 @@ def run(
   """Trains the agent head; returns the behaviour's rate before and after.
 
   The rate is measured on `EVAL_SAMPLES` fresh samples over all prompts.
-  `advantage` is `regret.agent_advantage` ("center", the reference's and the
-  default, or "normalize"); None takes the config's.
+  `advantage` is `regret.agent_advantage` ("normalize", the reference's
+  z-score and the default, or "center"); None takes the config's.
   """
   c = _config()
   if advantage is not None:
