@@ -103,6 +103,10 @@ def no_tpu_probe() -> None:
       import jax_plugins.xla_cuda12  # pylint: disable=g-import-not-at-top,unused-import  # noqa
     except ImportError:
       os.environ["JAX_PLATFORMS"] = "cpu"
+      if "jax" in sys.modules:
+        # jax read the variable at import; its config still applies until
+        # the first backend starts.
+        sys.modules["jax"].config.update("jax_platforms", "cpu")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 

@@ -216,6 +216,11 @@ class Engine:
       slots between calls; see `Server.step` for returning early).
     min_window: the smallest live-cache window `generate` and
       `prefill_insert` attend over (`windows`); 0: always the whole cache.
+    append_tokens: a returning turn that continues its slot and adds at
+      most this many tokens to its history (the last reply's last token,
+      the observation) is fed them through `generate`'s steps, beside the
+      other slots' decoding, instead of a prefill-insert call (0: always a
+      prefill).
     share_prefixes: a request whose prompt starts with at least a chunk of
       a prompt another slot still holds (live or parked) copies that
       prefix's cache into its row and prefills only the rest (the episodes
@@ -238,6 +243,7 @@ class Engine:
   decode_steps: int = 16
   min_window: int = 64
   share_prefixes: bool = True
+  append_tokens: int = 32
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -259,6 +265,8 @@ class Engine:
       )
     if self.decode_steps < 1 or self.prefill_rows < 1:
       raise ValueError("decode_steps and prefill_rows must be >= 1")
+    if self.append_tokens < 0:
+      raise ValueError(f"append_tokens={self.append_tokens} must be >= 0")
     if self.min_window < 0:
       raise ValueError(f"min_window={self.min_window} must be >= 0")
     if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
@@ -359,6 +367,15 @@ class Engine:
         live=vec(False, bool),
         hit=vec(False, bool),
         keys=self._constrain(jnp.zeros((s, 2), jnp.uint32), "batch", None),
+        # Tokens an appended turn feeds before it samples: feed[:, :nf],
+        # fi of them fed so far.
+        feed=self._constrain(
+            jnp.zeros((s, max(self.append_tokens, 1)), jnp.int32),
+            "batch",
+            None,
+        ),
+        nf=vec(0, jnp.int32),
+        fi=vec(0, jnp.int32),
         clock=jnp.int32(self.cache_length),
     )
 
@@ -391,6 +408,8 @@ class Engine:
     new["limit"] = put("limit", limits)
     new["live"] = put("live", live)
     new["hit"] = put("hit", hit)
+    new["nf"] = put("nf", jnp.zeros_like(tok))
+    new["fi"] = put("fi", jnp.zeros_like(tok))
     new["keys"] = new["keys"].at[dst].set(keys, mode="drop")
     return new, self._everywhere((tok, logp, live, hit))
 
@@ -506,17 +525,36 @@ class Engine:
     cache = jax.tree.map(insert, state["cache"], cache, row_axes, slot_axes)
     return cache, logits
 
-  def _generate(self, params, state, early, room, window):
+  def _generate(self, params, state, early, room, arm, window):
     """Up to `decode_steps` tokens over every slot, stopping once no slot is
     live, or, with `early` (a bool scalar: no recompile), once a slot ends,
     on the cache steps [clock + room - window, clock + room) (`window` one
     of `windows`, see `_run_on`; `room`, an int32 scalar, the steps left
     after every live row's history: the loop also stops when they are
-    spent; the whole cache never runs out); returns the new state and
+    spent; the whole cache never runs out). `arm` (per slot: whether a
+    returning turn starts there, its tokens to feed int32[S, F] and their
+    count, its key data and limit) starts appended turns first. Returns
+    the new state and
     (tokens int32[S, n], logprobs float32[S, n], tokens each slot emitted,
     live, hit, steps that ran)."""
     self.traces["generate"] += 1
     s, n = self.slots, self.decode_steps
+    armed, feed, count, keys, limits = arm
+    zero = jnp.zeros_like(state["gen"])
+    pick = lambda new, old: jnp.where(
+        armed.reshape((-1,) + (1,) * (old.ndim - 1)), new, old
+    )
+    state = dict(
+        state,
+        feed=pick(feed, state["feed"]),
+        nf=pick(count, state["nf"]),
+        fi=pick(zero, state["fi"]),
+        gen=pick(zero, state["gen"]),
+        limit=pick(limits, state["limit"]),
+        live=pick(jnp.ones_like(state["live"]), state["live"]),
+        hit=pick(jnp.zeros_like(state["hit"]), state["hit"]),
+        keys=pick(keys, state["keys"]),
+    )
     toks = self._constrain(jnp.full((s, n), self.pad_id, jnp.int32),
                            "batch", None)  # fmt: skip
     lps = self._constrain(jnp.zeros((s, n), jnp.float32), "batch", None)
@@ -558,21 +596,32 @@ class Engine:
     def body(carry):
       i, st, toks, lps = carry
       live = st["live"]
+      # An appended turn feeds its tokens first; the step that feeds the
+      # last of them samples its first token.
+      forcing = live & (st["fi"] < st["nf"])
+      fed = jnp.take_along_axis(
+          st["feed"],
+          jnp.minimum(st["fi"], st["feed"].shape[1] - 1)[:, None],
+          axis=1,
+      )[:, 0]
+      inp = jnp.where(forcing, fed, st["last"])
+      emit = live & (st["fi"] >= st["nf"] - 1)
       logits, cache = self.tokens_to_logits(
-          params, st["last"][:, None], st["pos"][:, None], live[:, None],
+          params, inp[:, None], st["pos"][:, None], live[:, None],
           st["cache"], st["clock"] - w0,
       )  # fmt: skip
       tok, logp = self._draw(fold(st["keys"], st["gen"]), logits)
-      toks = toks.at[:, i].set(jnp.where(live, tok, self.pad_id))
-      lps = lps.at[:, i].set(jnp.where(live, logp, 0.0))
-      gen = st["gen"] + live.astype(jnp.int32)
-      hit = live & jnp.any(tok[:, None] == stops[None, :], -1)
+      toks = toks.at[:, i].set(jnp.where(emit, tok, self.pad_id))
+      lps = lps.at[:, i].set(jnp.where(emit, logp, 0.0))
+      gen = st["gen"] + emit.astype(jnp.int32)
+      hit = emit & jnp.any(tok[:, None] == stops[None, :], -1)
       st = dict(
           st,
           cache=cache,
-          last=jnp.where(live, tok, st["last"]),
+          last=jnp.where(emit, tok, st["last"]),
           pos=st["pos"] + live.astype(jnp.int32),
           gen=gen,
+          fi=st["fi"] + forcing.astype(jnp.int32),
           live=live & ~hit & (gen < st["limit"]),
           hit=st["hit"] | hit,
           clock=st["clock"] + 1,
@@ -648,14 +697,14 @@ class Engine:
       prefill = jax.jit(
           self._prefill_insert, donate_argnums=1, static_argnums=4
       )
-      generate = jax.jit(self._generate, donate_argnums=1, static_argnums=4)
+      generate = jax.jit(self._generate, donate_argnums=1, static_argnums=5)
     else:
       prefill = jax.jit(
           self._prefill_insert, donate_argnums=1, static_argnums=4,
           out_shardings=(out, None),
       )  # fmt: skip
       generate = jax.jit(
-          self._generate, donate_argnums=1, static_argnums=4,
+          self._generate, donate_argnums=1, static_argnums=5,
           out_shardings=(out, None),
       )  # fmt: skip
     return init, prepare, prefill, generate
@@ -688,6 +737,8 @@ class _Slot:
   # first prompt, or what of it is contiguous), for other requests to share.
   prefix: tuple[int, ...] = ()
   prefix_first: int = 0
+  # An appended turn's tokens still to feed before its first sample.
+  feeding: int = 0
 
 
 class Server:
@@ -712,6 +763,9 @@ class Server:
     self.requests_carried = 0
     self.tokens_shared = 0  # prompt tokens copied from another slot's prefix
     self.requests_shared = 0
+    self.requests_appended = 0  # returning turns fed through generate
+    self.tokens_appended = 0
+    self._arming: list[tuple[int, Request, list[int]]] = []
     self.generate_calls = 0
     self.window_row_steps = 0  # slots x steps x window steps attended
     self.windows = collections.Counter()  # generate calls per window
@@ -853,13 +907,43 @@ class Server:
         best = (s, p)
     return best
 
+  def _appends(self, slot: _Slot, request: Request) -> bool:
+    """Whether a returning turn is fed through `generate` (`append_tokens`):
+    it continues its slot, adds few enough tokens, and they and its reply
+    fit before the clock laps its history."""
+    eng = self.engine
+    n = len(request.prompt) - len(slot.history)
+    return (
+        self._continues(slot, request)
+        and n <= eng.append_tokens
+        and self.clock - slot.first + n + request.max_new_tokens
+        <= eng.cache_length
+    )
+
   def _fill(self) -> list[Result]:
     done = []
     while True:
       picked = self._assign()
       if not picked:
         return done
-      done += self._prefill(picked)
+      prefill = []
+      for r, s in picked:
+        slot = self.slots[s]
+        if not self._appends(slot, r):
+          prefill.append((r, s))
+          continue
+        n = len(slot.history)
+        self._arming.append((s, r, list(r.prompt[n:])))
+        self.requests_appended += 1
+        self.requests_carried += 1
+        self.tokens_carried += n
+        self.tokens_appended += len(r.prompt) - n
+        self.slots[s] = dataclasses.replace(
+            slot, request=r, tokens=[], logprobs=[], carried=n,
+            feeding=len(r.prompt) - n,
+        )  # fmt: skip
+      if prefill:
+        done += self._prefill(prefill)
 
   def _prefill(self, picked: list[tuple[Request, int]]) -> list[Result]:
     eng = self.engine
@@ -988,9 +1072,18 @@ class Server:
     # a call's steps (the call stops when they are spent).
     held = max(self.clock - s.first for s in self.slots if s.request)
     window = eng.window(held + max(1, eng.decode_steps // 4))
+    s_, f = eng.slots, max(eng.append_tokens, 1)
+    arm = (np.zeros((s_,), bool), np.zeros((s_, f), np.int32),
+           np.zeros((s_,), np.int32), np.zeros((s_, 2), np.uint32),
+           np.ones((s_,), np.int32))  # fmt: skip
+    for s, r, feed in self._arming:
+      arm[0][s], arm[2][s], arm[4][s] = True, len(feed), r.max_new_tokens
+      arm[1][s, : len(feed)] = feed
+      arm[3][s] = np.asarray(jax.random.key_data(r.rng))
+    self._arming = []
     _, _, _, generate = eng._programs
     self.state, out = eng._call(generate, self.params, self.state,
-                                np.bool_(early), np.int32(window - held),
+                                np.bool_(early), np.int32(window - held), arm,
                                 window)  # fmt: skip
     toks, lps, emitted, live, hit, steps = jax.device_get(out)
     steps = int(steps)
@@ -999,18 +1092,28 @@ class Server:
     self.windows[window] += 1
     before = self.clock
     self.clock += steps
-    self.decode_row_steps += eng.slots * steps
+    # An appended turn's fed tokens are its prompt (as a prefill's columns
+    # are), not decode padding.
+    feeding = sum(
+        min(max(slot.feeding - 1, 0), steps)
+        for slot in self.slots
+        if slot.request is not None
+    )
+    self.decode_row_steps += eng.slots * steps - feeding
     done = []
     for s, slot in enumerate(self.slots):
       if slot.request is None:
         continue
       e = int(emitted[s])
-      slot.tokens += toks[s, :e].tolist()
-      slot.logprobs += lps[s, :e].tolist()
+      # Its tokens start at the step that fed its last appended token.
+      off = max(slot.feeding - 1, 0)
+      slot.tokens += toks[s, off : off + e].tolist()
+      slot.logprobs += lps[s, off : off + e].tolist()
+      fed = off + e  # one token a step, at times before, before + 1, ...
+      slot.feeding = max(slot.feeding - steps, 0)
       self.tokens_generated += e
       if not live[s]:
-        # It fed one token a step, at times before, before + 1, ...
-        done.append(self._end(s, bool(hit[s]), before + e))
+        done.append(self._end(s, bool(hit[s]), before + fed))
     return done
 
   def _end(self, s: int, hit: bool, end: int) -> Result:

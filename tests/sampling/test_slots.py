@@ -212,6 +212,8 @@ def test_a_returning_turn_continues_its_slots_cache(
       assert res.carried == len(prompt) + len(tokens) - 1
     last[res.request.key] = (res.request.prompt, res.tokens)
   assert server.tokens_carried == sum(r.carried for r in results)
+  # Each continued turn adds 2-4 tokens: all fed through generate's steps.
+  assert server.requests_appended == len(carried)
   for res in results:
     tokens, logprobs = _alone(cfg, params, res.request, temperature)
     np.testing.assert_array_equal(res.tokens, tokens)
@@ -293,6 +295,15 @@ def test_a_continued_turn_samples_what_a_re_prefill_samples(flat):
   server.run([first])
   (kept,) = server.run([again])
   assert kept.carried == len(first.prompt) + len(one.tokens) - 1
+  assert server.requests_appended == 1
+  # The same continued turn through a prefill-insert of its new tokens.
+  prefill = _engine(cfg, slots=1, temperature=1.0, append_tokens=0)
+  server = prefill.start(params)
+  server.run([first])
+  (inserted,) = server.run([again])
+  assert inserted.carried == kept.carried and server.requests_appended == 0
+  np.testing.assert_array_equal(kept.tokens, inserted.tokens)
+  np.testing.assert_allclose(kept.logprobs, inserted.logprobs, atol=1e-5)
   server = engine.start(params)
   server.run([first])
   server.run([E.Request(1, [BOS, 9], 2, jax.random.key(1))])
