@@ -281,12 +281,17 @@ class ToolEnv:
 
 
 class ToolExecutor(FakeExecutor):
-  """Tool-use environments; `call` runs `execute_tool` as the pool does."""
+  """Tool-use environments (`env()` makes each, `ToolEnv` by default);
+  `call` runs `execute_tool` as the pool does."""
+
+  def __init__(self, env=ToolEnv, **kw):
+    super().__init__(**kw)
+    self.env = env
 
   def reset(self, items):
     out = []
     for eid, _, _, _ in items:
-      self.envs[eid] = ToolEnv()
+      self.envs[eid] = self.env()
       out.append({"ok": True, "obs": "sum to 6", "hint": None, "tools": True})
     return out
 

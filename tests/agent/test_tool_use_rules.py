@@ -11,6 +11,7 @@ from spade import config as config_lib
 from spade.agent import episodes as episodes_lib
 from spade.agent import rollout
 from spade.selfplay import score
+from tests.agent import test_rollout
 
 EOS = 999
 MALFORMED = '<tool_call>{"name": "lookup", "arguments": {"id": </tool_call>'
@@ -23,6 +24,10 @@ class ToolEnv:
   def __init__(self):
     self.actions, self.calls = [], []
 
+  def execute_tool(self, name, arguments):
+    self.calls.append((name, arguments))
+    return {"output": "7"}
+
   def step(self, action):
     self.actions.append(action)
     won = "<answer>7</answer>" in action
@@ -34,29 +39,6 @@ class ToolEnv:
         "truncated": False,
         "info": {},
     }
-
-
-class Executor:
-
-  def __init__(self):
-    self.envs = {}
-
-  def reset(self, items):
-    self.envs = {eid: ToolEnv() for eid, *_ in items}
-    return [{"ok": True, "obs": "find 7", "tools": True} for _ in items]
-
-  def step(self, items):
-    return [self.envs[eid].step(a) for eid, a in items]
-
-  def call(self, items):
-    out = []
-    for eid, _, (name, args) in items:
-      self.envs[eid].calls.append((name, args))
-      out.append({"ok": True, "value": {"output": "7"}})
-    return out
-
-  def close(self, ids):
-    del ids
 
 
 def render(messages):
@@ -77,7 +59,7 @@ def scripted(replies):
 
 
 def play(mask, exact):
-  executor = Executor()
+  executor = test_rollout.ToolExecutor(env=ToolEnv)
   episodes, stats = rollout.run_episodes(
       [rollout.EpisodeSpec(0, "src", 0, None, 0)],
       scripted([MALFORMED, CALL, "<answer>7</answer>"]),
