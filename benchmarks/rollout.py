@@ -297,7 +297,9 @@ def play_slots(engine, params, iterations, progress, report=False):
           f" {server.seconds:.2f}s ({server.prefill_calls} calls), generate"
           f" {server.seconds - server.prefill_seconds:.2f}s"
           f" ({server.generate_calls} calls; calls per window"
-          f" {dict(sorted(server.windows.items()))}); {server.prefill_columns}"
+          f" {dict(sorted(server.windows.items()))}, per row count"
+          f" {dict(sorted(server.rows.items()))});"
+          f" {server.prefill_columns}"
           f" prefill columns, {server.requests_shared} requests shared"
           f" {server.tokens_shared} prefix tokens",
           file=sys.stderr,
@@ -315,6 +317,12 @@ def main() -> None:
   parser.add_argument("--decode_steps", type=int, default=32)
   parser.add_argument("--prefill_chunk", type=int, default=16)
   parser.add_argument("--prefill_rows", type=int, default=1)
+  parser.add_argument(
+      "--min_rows", type=int, default=4,
+      help="generate runs on the live slots gathered into the smallest of"
+      " min_rows, 2 x min_rows, ..., slots rows that holds them (0: always"
+      " every slot; `Engine.min_rows`)",
+  )  # fmt: skip
   parser.add_argument(
       "--share_prefixes", type=int, default=1,
       help="1: the engine copies shared first prompts (the default); 0: off",
@@ -341,7 +349,7 @@ def main() -> None:
       *fns, pad_id=PAD, slots=args.slots, cache_length=cfg.max_len,
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
       decode_steps=args.decode_steps, temperature=1.0,
-      share_prefixes=bool(args.share_prefixes),
+      share_prefixes=bool(args.share_prefixes), min_rows=args.min_rows,
   )  # fmt: skip
   make = dict(replay=replay_workload, synthetic=synthetic_workload)
   source = "synthesised"
@@ -403,7 +411,9 @@ def main() -> None:
         f"{name}_speedup={lock[0] / slot[0]:.2f}",
     ]
   # One compile per window used, at most one per window.
-  assert engine.traces["generate"] <= len(engine.windows), engine.traces
+  assert engine.traces["generate"] <= len(engine.windows) * len(
+      engine.rows
+  ), engine.traces
   print(" ".join(figures))
 
 

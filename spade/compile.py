@@ -610,6 +610,7 @@ def slot_engine(config, mesh, rules, role: str):
       prefill_chunk=c.sampling.prefill_chunk,
       prefill_rows=shapes_lib.round_up(c.sampling.prefill_rows, shards),
       decode_steps=c.sampling.decode_steps,
+      min_rows=c.sampling.min_rows,
       temperature=c.sampling.temperature,
       top_k=c.sampling.top_k,
       top_p=c.sampling.top_p,

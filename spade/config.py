@@ -129,6 +129,11 @@ def base_config() -> ConfigDict:
   c.sampling.slots = 16
   c.sampling.prefill_rows = 4
   c.sampling.decode_steps = 16
+  # A generate call runs on the live slots gathered into the smallest of
+  # min_rows, 3/2 x, 2 x, 3 x, ... rows (then all slots) that holds them:
+  # idle slots cost no decode steps (0: every slot, every call). Each row
+  # count compiles once per cache window used.
+  c.sampling.min_rows = 4
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -832,6 +837,11 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError(
         f"config.sampling.prefill_chunk={config.sampling.prefill_chunk} must"
         " be >= 0 (0: the whole prompt in one step)"
+    )
+  if config.sampling.min_rows < 0:
+    raise ConfigError(
+        f"config.sampling.min_rows={config.sampling.min_rows} must be >= 0"
+        " (0: generate runs on every slot)"
     )
   for key in ("step_timeout_s", "call_timeout_s", "validate_timeout_s"):
     if config.sandbox[key] < 0:

@@ -195,6 +195,56 @@ def _merge(y, spec):
   return y.reshape(s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2 :])
 
 
+def _per_shard(x, spec, shards):
+  """x with its row axis (spec: (axis, entries per row)) split into
+  (shards, rows per shard, entries per row)."""
+  axis, per_row = spec
+  s = x.shape
+  return x.reshape(
+      s[:axis] + (shards, s[axis] // (shards * per_row), per_row)
+      + s[axis + 1 :]
+  )  # fmt: skip
+
+
+def _rows_take(x, spec, index):
+  """The rows `index` names (int32[shards, b]: each shard's own row
+  indices) of x, shard by shard (no row crosses a shard): b per shard."""
+  axis, _ = spec
+  sh, b = index.shape
+  s = x.shape
+  y = jax.vmap(
+      lambda ys, ix: jnp.take(ys, ix, axis=axis), in_axes=(axis, 0),
+      out_axes=axis,
+  )(_per_shard(x, spec, sh), index)  # fmt: skip
+  return y.reshape(s[:axis] + (-1,) + s[axis + 1 :])
+
+
+def _rows_put(x, y, spec, index, t=None, steps=None):
+  """x with the rows `index` names (as for `_rows_take`) set to y's; with
+  a time axis `t` and `steps` (int32[n]; past the axis: dropped), only
+  those times of the rows, y holding n steps on its time axis."""
+  axis, per_row = spec
+  sh, b = index.shape
+  xs = _per_shard(x, spec, sh)
+  ys = _per_shard(y, spec, sh)
+
+  def put(xk, yk, ix):
+    if t is None:
+      return xk.at[(slice(None),) * axis + (ix,)].set(yk, unique_indices=True)
+    # Rows and times are two index arrays apart: their (b, n) comes first.
+    tt = t + 1  # the rows' axis was split in two before the time axis
+    where = [slice(None)] * xk.ndim
+    where[axis], where[tt] = ix[:, None], steps[None, :]
+    return xk.at[tuple(where)].set(
+        jnp.moveaxis(yk, (axis, tt), (0, 1)), mode="drop",
+        unique_indices=True,
+    )  # fmt: skip
+
+  out = jax.vmap(put, in_axes=(axis, axis, 0), out_axes=axis)(xs, ys, index)
+  del per_row
+  return out.reshape(x.shape)
+
+
 @dataclasses.dataclass(frozen=True)
 class Engine:
   """The device side of the slot engine (see the module docstring).
@@ -225,6 +275,10 @@ class Engine:
       a prompt another slot still holds (live or parked) copies that
       prefix's cache into its row and prefills only the rest (the episodes
       of one environment share their first prompt).
+    min_rows: `generate` runs on the live slots gathered into the smallest
+      of `rows` (from min_rows in steps of 3/2 and 4/3, then `slots`) that
+      holds them, shard by shard, so idle slots cost no decode steps (0:
+      always every slot).
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and logical axis rules (as for `Sampler`).
   """
@@ -244,6 +298,7 @@ class Engine:
   min_window: int = 64
   share_prefixes: bool = True
   append_tokens: int = 32
+  min_rows: int = 0
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -269,6 +324,8 @@ class Engine:
       raise ValueError(f"append_tokens={self.append_tokens} must be >= 0")
     if self.min_window < 0:
       raise ValueError(f"min_window={self.min_window} must be >= 0")
+    if self.min_rows < 0:
+      raise ValueError(f"min_rows={self.min_rows} must be >= 0")
     if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
       raise ValueError(
           "need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got"
@@ -319,6 +376,21 @@ class Engine:
       out += [x for x in (w, w + w // 2) if x < c]
       w *= 2
     return tuple(sorted(set(out))) + (c,)
+
+  @functools.cached_property
+  def rows(self) -> tuple[int, ...]:
+    """The row counts `generate` runs on, smallest first: `r` and `3r / 2`
+    for r = `min_rows` x 2^i (rounded up to the mesh's batch shards) below
+    `slots`, then `slots` (only `slots` when `min_rows` is 0). Each
+    compiles once per window when first used."""
+    s, sh = self.slots, self.batch_shards
+    if self.min_rows <= 0:
+      return (s,)
+    per, b, out = s // sh, max(1, -(-self.min_rows // sh)), []
+    while b < per:
+      out += [x * sh for x in (b, b + b // 2) if x < per]
+      b *= 2
+    return tuple(sorted(set(out))) + (s,)
 
   @functools.cached_property
   def traces(self) -> collections.Counter:
@@ -525,7 +597,7 @@ class Engine:
     cache = jax.tree.map(insert, state["cache"], cache, row_axes, slot_axes)
     return cache, logits
 
-  def _generate(self, params, state, early, room, arm, window):
+  def _generate(self, params, state, early, room, arm, window, index=None):
     """Up to `decode_steps` tokens over every slot, stopping once no slot is
     live, or, with `early` (a bool scalar: no recompile), once a slot ends,
     on the cache steps [clock + room - window, clock + room) (`window` one
@@ -533,8 +605,10 @@ class Engine:
     after every live row's history: the loop also stops when they are
     spent; the whole cache never runs out). `arm` (per slot: whether a
     returning turn starts there, its tokens to feed int32[S, F] and their
-    count, its key data and limit) starts appended turns first. Returns
-    the new state and
+    count, its key data and limit) starts appended turns first. `index`
+    (int32[shards, b], each shard's own slot indices; None: every slot)
+    names the slots the loop runs on, gathered out of the state and put
+    back (one compile per its shape). Returns the new state and
     (tokens int32[S, n], logprobs float32[S, n], tokens each slot emitted,
     live, hit, steps that ran)."""
     self.traces["generate"] += 1
@@ -555,20 +629,37 @@ class Engine:
         hit=pick(jnp.zeros_like(state["hit"]), state["hit"]),
         keys=pick(keys, state["keys"]),
     )
-    toks = self._constrain(jnp.full((s, n), self.pad_id, jnp.int32),
+    rows = s if index is None else index.size
+    vec = (0, 1)
+    names = [k for k in state if k not in ("cache", "clock")]
+    sub = state
+    if index is not None:
+      sub = dict(state, **{k: _rows_take(state[k], vec, index) for k in names})
+    toks = self._constrain(jnp.full((rows, n), self.pad_id, jnp.int32),
                            "batch", None)  # fmt: skip
-    lps = self._constrain(jnp.zeros((s, n), jnp.float32), "batch", None)
+    lps = self._constrain(jnp.zeros((rows, n), jnp.float32), "batch", None)
     before = state["gen"]
-    branch = lambda w, ops: self._generate_window(w, params, early, room, ops)
-    state, toks, lps, steps = self._run_on(window, branch, (state, toks, lps))
+    branch = lambda w, ops: self._generate_window(
+        w, params, early, room, index, ops
+    )
+    out, toks, lps, steps = self._run_on(window, branch, (sub, toks, lps))
+    if index is not None:
+      out = dict(
+          out, **{k: _rows_put(state[k], out[k], vec, index) for k in names}
+      )
+      full = lambda v, y: _rows_put(jnp.full((s, n), v, y.dtype), y, vec,
+                                    index)  # fmt: skip
+      toks, lps = full(self.pad_id, toks), full(0, lps)
+    state = out
     emitted = state["gen"] - before
     return state, self._everywhere(
         (toks, lps, emitted, state["live"], state["hit"], steps)
     )
 
-  def _generate_window(self, window, params, early, room, operands):
+  def _generate_window(self, window, params, early, room, index, operands):
     """`_generate`'s loop on a `window`-step view of the cache (cache times
-    [clock + room - window, clock + room))."""
+    [clock + room - window, clock + room)); the state's other entries hold
+    only the rows `index` names (all: None), the cache all."""
     state, toks, lps = operands
     c, n = self.cache_length, self.decode_steps
     stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
@@ -583,10 +674,17 @@ class Engine:
     w0 = jnp.int32(0) if whole else clock + room - window
     most = n if whole else jnp.minimum(n, room)
     full = state["cache"]
+    rows = lambda x, spec: x if index is None else _rows_take(x, spec, index)
     if not whole:
       ring = w0 + jnp.arange(window, dtype=jnp.int32)  # taken mod c
-      take = lambda x, t: jnp.take(x, ring, axis=t, mode="wrap")
-      state = dict(state, cache=jax.tree.map(take, full, self._slot_axes))
+      take = lambda x, spec, t: rows(
+          jnp.take(x, ring, axis=t, mode="wrap"), spec
+      )
+      state = dict(state, cache=jax.tree.map(
+          take, full, self._row_axes, self._slot_axes
+      ))  # fmt: skip
+    elif index is not None:
+      state = dict(state, cache=jax.tree.map(rows, full, self._row_axes))
 
     def cond(carry):
       i, st, _, _ = carry
@@ -638,14 +736,21 @@ class Engine:
       src = jnp.minimum(clock - w0 + j, window - 1)
       dst = jnp.where(j < most, (clock + j) % c, c + j)
 
-      def put(x, y, t):
+      def put(x, y, spec, t):
         y = jnp.take(y, src, axis=t, mode="wrap")
+        if index is not None:
+          return _rows_put(x, y, spec, index, t, dst)
         return x.at[(slice(None),) * t + (dst,)].set(
             y, mode="drop", unique_indices=True
         )
 
       state = dict(state, cache=jax.tree.map(
-          put, full, state["cache"], self._slot_axes
+          put, full, state["cache"], self._row_axes, self._slot_axes
+      ))  # fmt: skip
+    elif index is not None:
+      state = dict(state, cache=jax.tree.map(
+          lambda x, y, spec: _rows_put(x, y, spec, index), full,
+          state["cache"], self._row_axes,
       ))  # fmt: skip
     return state, toks, lps, steps
 
@@ -769,6 +874,7 @@ class Server:
     self.generate_calls = 0
     self.window_row_steps = 0  # slots x steps x window steps attended
     self.windows = collections.Counter()  # generate calls per window
+    self.rows = collections.Counter()  # generate calls per row count
     self.seconds = 0.0
     self.prefill_seconds = 0.0  # of `seconds`, in prefill-insert calls
 
@@ -876,15 +982,20 @@ class Server:
       r = self.queue[0]
       s = self._held.get(r.key)
       if s not in free or not self._continues(self.slots[s], r):
-        s = min(
-            free,
-            key=lambda i: (self.slots[i].holder is not None,
-                           self.slots[i].freed_at),
-        )  # fmt: skip
+        s = min(free, key=self._preference)
       self.queue.popleft()
       picked.append((r, s))
       free.discard(s)
     return picked
+
+  def _preference(self, i: int) -> tuple[bool, int, int]:
+    """Which free slot a request takes, least first: one that holds
+    nothing (the shards' slots in turn, so `generate`'s gathered rows stay
+    even across them), else the one whose history has waited longest."""
+    slot, per = self.slots[i], self.engine.slots // self.engine.batch_shards
+    if slot.holder is None:
+      return (False, i % per, i // per)
+    return (True, slot.freed_at, 0)
 
   def _shared(self, request: Request) -> tuple[int, int] | None:
     """(slot, tokens) of the longest prompt prefix another slot's cache
@@ -1081,15 +1192,17 @@ class Server:
       arm[1][s, : len(feed)] = feed
       arm[3][s] = np.asarray(jax.random.key_data(r.rng))
     self._arming = []
+    rows, index = self._rows()
     _, _, _, generate = eng._programs
     self.state, out = eng._call(generate, self.params, self.state,
                                 np.bool_(early), np.int32(window - held), arm,
-                                window)  # fmt: skip
+                                window, index)  # fmt: skip
     toks, lps, emitted, live, hit, steps = jax.device_get(out)
     steps = int(steps)
     self.generate_calls += 1
-    self.window_row_steps += eng.slots * steps * window
+    self.window_row_steps += rows * steps * window
     self.windows[window] += 1
+    self.rows[rows] += 1
     before = self.clock
     self.clock += steps
     # An appended turn's fed tokens are its prompt (as a prefill's columns
@@ -1099,7 +1212,7 @@ class Server:
         for slot in self.slots
         if slot.request is not None
     )
-    self.decode_row_steps += eng.slots * steps - feeding
+    self.decode_row_steps += rows * steps - feeding
     done = []
     for s, slot in enumerate(self.slots):
       if slot.request is None:
@@ -1115,6 +1228,25 @@ class Server:
       if not live[s]:
         done.append(self._end(s, bool(hit[s]), before + fed))
     return done
+
+  def _rows(self) -> tuple[int, np.ndarray | None]:
+    """The rows the next `generate` runs on (the smallest of
+    `Engine.rows` holding each shard's live slots) and their slots'
+    indices within their shards (None: every slot)."""
+    eng = self.engine
+    sh = eng.batch_shards
+    per = eng.slots // sh
+    live = [s for s, slot in enumerate(self.slots) if slot.request is not None]
+    need = max(collections.Counter(s // per for s in live).values())
+    rows = next(r for r in eng.rows if r // sh >= need)
+    if rows == eng.slots:
+      return rows, None
+    b, index = rows // sh, np.zeros((sh, rows // sh), np.int32)
+    for k in range(sh):
+      mine = [s - k * per for s in live if s // per == k]
+      rest = [i for i in range(per) if i not in set(mine)]
+      index[k] = (mine + rest)[:b]
+    return rows, index
 
   def _end(self, s: int, hit: bool, end: int) -> Result:
     """Frees slot s; it keeps its history (the prompt and every sampled

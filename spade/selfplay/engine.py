@@ -259,6 +259,7 @@ class Engine:
               min(c.sampling.prefill_rows, num_slots), shards
           ),
           decode_steps=c.sampling.decode_steps,
+          min_rows=c.sampling.min_rows,
           temperature=float(temperature),
           top_k=c.sampling.top_k,
           top_p=c.sampling.top_p,

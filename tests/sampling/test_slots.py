@@ -221,6 +221,58 @@ def test_a_returning_turn_continues_its_slots_cache(
   assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
 
 
+@pytest.mark.parametrize(
+    "model,temperature", [("flat", 0.0), ("flat", 1.0), ("ring", 1.0)]
+)
+def test_generate_on_the_live_rows_samples_what_each_samples_alone(
+    request, model, temperature
+):
+  """Four slots, `min_rows=1`: each generate runs on the live slots
+  gathered into 1, 2, 3 or 4 rows. Three episodes play three turns each
+  (later turns continue their slots' caches on the all-global model, on
+  windows of it) while
+  three one-turn requests arrive as others end; every request samples what
+  the lock-step sampler samples on it alone, and the row-steps count only
+  the rows that ran."""
+  cfg, params = request.getfixturevalue(model)
+  engine = _engine(cfg, slots=4, min_rows=1, temperature=temperature,
+                   cache_length=64, min_window=8)  # fmt: skip
+  assert engine.rows == (1, 2, 3, 4)
+  server = engine.start(params)
+  turns, late = {k: 0 for k in range(3)}, _requests(seed=3)[3:]
+  results = []
+
+  def arrive(res):
+    results.append(res)
+    k = res.request.key
+    if k in turns and turns[k] < 2:
+      turns[k] += 1
+      server.submit(
+          E.Request(k, _next(res.request.prompt, res, [60 + k, 61]), 3 + k,
+                    jax.random.fold_in(jax.random.key(4), 10 * k + turns[k]))
+      )  # fmt: skip
+    elif late:
+      server.submit(late.pop(0))
+
+  server.run(_requests(PROMPTS[:3], [5, 2, 6]), on_result=arrive)
+  assert len(results) == 12
+  assert set(server.rows) - {4}, server.rows  # some calls ran on fewer rows
+  assert sum(server.rows.values()) == server.generate_calls
+  if engine.can_continue:  # windows below the whole cache ran too
+    assert server.requests_carried == 6
+    assert set(server.windows) - {engine.cache_length}, server.windows
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, temperature)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+  # No more decode row-steps than the rows that ran, every step.
+  assert (
+      server.decode_row_steps
+      < engine.slots * (server.clock - engine.cache_length)
+      + server.prefill_calls * engine.prefill_rows
+  )
+
+
 def test_windows_are_few_and_bounded(ring, flat):
   """Windows: w and 3w/2 per octave from `min_window`, then the whole
   cache; a ring-buffer model (or min_window 0) only ever the whole cache."""
@@ -392,15 +444,22 @@ def test_lockstep_row_steps_count_the_longest_row():
   assert E.lockstep_row_steps(out) == 20
 
 
-def test_sharded_engine_samples_what_one_device_samples(ring):
+@pytest.mark.parametrize("slots,min_rows", [(4, 0), (8, 4)])
+def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
+  """Four batch shards; with `min_rows`, generate also runs on one live
+  slot a shard (gathered within each shard)."""
   cfg, params = ring
   mesh = sharding.make_mesh(
       ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
   )
   rules = config_lib.base_config().mesh.rules
   placed = sharding.shard_params(params, mesh, rules)
-  engine = _engine(cfg, slots=4, prefill_rows=4, mesh=mesh, rules=rules)
-  results = engine.start(placed).run(_requests())
+  engine = _engine(cfg, slots=slots, prefill_rows=4, mesh=mesh, rules=rules,
+                   min_rows=min_rows)  # fmt: skip
+  server = engine.start(placed)
+  results = server.run(_requests())
+  assert engine.rows == ((4, 8) if min_rows else (4,))
+  assert set(server.rows) == set(engine.rows)
   ref = {r.request.key: r for r in _engine(cfg, slots=4).start(params).run(
       _requests())}  # fmt: skip
   for res in results:
@@ -408,7 +467,7 @@ def test_sharded_engine_samples_what_one_device_samples(ring):
     np.testing.assert_allclose(
         res.logprobs, ref[res.request.key].logprobs, atol=1e-5
     )
-  assert engine.traces["generate"] == 1
+  assert engine.traces["generate"] == len(engine.rows)
 
 
 @pytest.mark.parametrize("early", [True, False])
