@@ -1,6 +1,6 @@
 r"""The same multi-turn workload played lock-step and through the slot engine.
 
-  python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=4]
+  python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=16]
       [--episodes=RUN/programs/iter_000001/episodes.jsonl,...] [--repeats=3]
 
 The tiny model (configs/tiny.py's, random weights, float32, CPU), sampled
@@ -14,13 +14,15 @@ tokens and only the decode row-steps and the time differ.
   two) and decodes until the group's longest reply ends. Each episode's KV
   cache is carried to its next turn (`Carry`, as `agent.carry_cache` does),
   and identical first prompts are prefilled once.
-* Slots: one `spade.sampling.slots.Engine` of `--slots` decode slots (well
-  below the episodes in flight, as a real rollout's slots are: 24 and 32
-  episodes here); an episode's next turn is queued the moment its reply
-  ends (`generate` returns as soon as a row ends) and continues its slot's
-  cache; a first prompt another slot holds is copied, not prefilled
-  (`Engine.share_prefixes`); each call runs on the smallest cache window
-  that holds the live histories (`Engine.windows`).
+* Slots: one `spade.sampling.slots.Engine` of `--slots` decode slots (16,
+  the default config's `sampling.slots`: below the 24 and 32 episodes in
+  flight here, as a real rollout's slots are); an episode's next turn is
+  queued the moment its reply ends (`generate` returns as soon as a row
+  ends) and continues its slot's cache; a first prompt another slot holds
+  is copied, not prefilled (`Engine.share_prefixes`); each call runs on
+  the smallest cache window that holds the live histories
+  (`Engine.windows`) and on the live slots gathered into the smallest row
+  count that holds them (`--min_rows`, `Engine.rows`).
 
 Every request's PRNG key is derived before the clock starts, on both paths.
 
@@ -56,7 +58,7 @@ compile (checked through jax.monitoring). Lock-step time counts only its
 `Sampler` calls (its host bookkeeping between them is left out, in its
 favour); slot time counts the whole `Server.run`. The last slot pass
 prints where its time went (prefill-insert against generate calls, and the
-windows the generate calls ran on). A line every ~10 s shows progress; the
+windows and row counts the generate calls ran on). A line every ~10 s shows progress; the
 last line is key=value, `replay_source` saying where the replay's lengths
 came from (`synthesised` or `episodes`).
 """
@@ -312,7 +314,7 @@ def main() -> None:
   console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workloads", default="replay,synthetic")
-  parser.add_argument("--slots", type=int, default=4)
+  parser.add_argument("--slots", type=int, default=16)
   parser.add_argument("--lockstep_rows", type=int, default=16)
   parser.add_argument("--decode_steps", type=int, default=32)
   parser.add_argument("--prefill_chunk", type=int, default=16)
