@@ -693,6 +693,9 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes):
   prefill_args, generate_args = _engine_host_args(
       engine, params, decode_state, prompt, new
   )
+  # Generate on every slot (no gathered rows, `Engine.min_rows`): the
+  # largest of its programs.
+  generate_args = generate_args[:4] + (None,)
 
   def host(tree):
     return jax.tree.map(
