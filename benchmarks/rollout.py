@@ -57,10 +57,10 @@ shared); each way's figure is its fastest pass, and no timed pass may
 compile (checked through jax.monitoring). Lock-step time counts only its
 `Sampler` calls (its host bookkeeping between them is left out, in its
 favour); slot time counts the whole `Server.run`. The last slot pass
-prints where its time went (prefill-insert against generate calls, and the
-windows and row counts the generate calls ran on). A line every ~10 s shows progress; the
-last line is key=value, `replay_source` saying where the replay's lengths
-came from (`synthesised` or `episodes`).
+prints where its time went (prefill-insert against generate calls, and
+the windows and row counts the generate calls ran on). A line every ~10 s
+shows progress; the last line is key=value, `replay_source` saying where
+the replay's lengths came from (`synthesised` or `episodes`).
 """
 
 from __future__ import annotations
