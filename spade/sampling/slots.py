@@ -8,8 +8,8 @@ model-agnostic callables as `spade.sampling.sampler.Sampler`
 Device side (`Engine`, a frozen dataclass; three compiled programs, each
 compiled once per (slots, cache length, prefill chunk, prefill rows, decode
 steps) and, for `prefill_insert` and `generate`, once per window they run
-on (`Engine.windows`: a bounded handful), whatever the requests' lengths or
-arrival order):
+on (`Engine.windows`: a bounded handful) and, for `generate`, once per row
+count (`Engine.rows`), whatever the requests' lengths or arrival order):
 
 * `init`: the decode state. `slots` rows of a KV cache of `cache_length`
   steps, and per slot the last token, the next position, tokens generated,
@@ -23,7 +23,7 @@ arrival order):
   into the donated state, not a scatter). Only the columns of the prompt's
   chunks run, and attention reads only the window of the cache that holds
   the rows' histories and new columns.
-* `generate`: up to `decode_steps` tokens over every slot (a
+* `generate`: up to `decode_steps` tokens over every live slot (a
   `lax.while_loop` that stops once no slot is live, or, when the host asks,
   as soon as a row ends, so its slot is refilled at once); a finished row
   stops emitting at once and its slot is free for the host to refill.
@@ -41,6 +41,16 @@ window is never one a live row attends to, so a windowed call samples what
 the whole cache samples (float summation order aside). A window's
 prefilled row empties the positions outside it (keys and values stay, never
 attended). Ring-buffer models and `min_window=0` run on the whole cache.
+
+Rows. A step's cost also grows with the rows it runs, live or not. With
+`min_rows`, each call gathers the live slots (and, to fill the row count,
+idle ones) into the smallest of `Engine.rows` (min_rows, 3/2 x, 2 x, 3 x,
+... below `slots`, then `slots`) that holds them, shard by shard (each
+shard's live slots among its own rows, so no row crosses a device), runs
+the loop on those rows and puts them back; a slot left out is not written
+at all that call (its keys stay as they were, which only lengthens the
+time a parked history stays intact). `decode_row_steps` counts the rows
+that ran.
 
 Time and positions. Every slot writes its step-t key at cache time t (the
 clock, one scalar: one compiled step serves every slot), so a global layer's
@@ -91,7 +101,7 @@ requests are queued (or `step(early=True)`; `run` with an `on_result`
 asks for it, since the callback may queue the episode's next turn). With `carry_first` (the default) a returning episode
 that can continue its own free slot is served before the queue's head;
 otherwise first come, first served, and with more episodes than slots their
-histories are evicted. Counters: `decode_row_steps` (slots x steps that
+histories are evicted. Counters: `decode_row_steps` (rows x steps that
 ran, live or not, plus the `prefill_rows` rows of every prefill's
 first-token draw, fillers included) and
 `tokens_generated`;
