@@ -233,8 +233,8 @@ def _rows_put(x, y, spec, index, t=None, steps=None):
   """x with the rows `index` names (as for `_rows_take`) set to y's; with
   a time axis `t` and `steps` (int32[n]; past the axis: dropped), only
   those times of the rows, y holding n steps on its time axis."""
-  axis, per_row = spec
-  sh, b = index.shape
+  axis, _ = spec
+  sh = index.shape[0]
   xs = _per_shard(x, spec, sh)
   ys = _per_shard(y, spec, sh)
 
@@ -251,7 +251,6 @@ def _rows_put(x, y, spec, index, t=None, steps=None):
     )  # fmt: skip
 
   out = jax.vmap(put, in_axes=(axis, axis, 0), out_axes=axis)(xs, ys, index)
-  del per_row
   return out.reshape(x.shape)
 
 
@@ -1254,8 +1253,8 @@ class Server:
     b, index = rows // sh, np.zeros((sh, rows // sh), np.int32)
     for k in range(sh):
       mine = [s - k * per for s in live if s // per == k]
-      rest = [i for i in range(per) if i not in set(mine)]
-      index[k] = (mine + rest)[:b]
+      taken = set(mine)
+      index[k] = (mine + [i for i in range(per) if i not in taken])[:b]
     return rows, index
 
   def _end(self, s: int, hit: bool, end: int) -> Result:
