@@ -322,8 +322,8 @@ def main() -> None:
   parser.add_argument(
       "--min_rows", type=int, default=4,
       help="generate runs on the live slots gathered into the smallest of"
-      " min_rows, 2 x min_rows, ..., slots rows that holds them (0: always"
-      " every slot; `Engine.min_rows`)",
+      " min_rows, 3/2 x, 2 x, 3 x, ... (below slots), slots rows that holds"
+      " them (0: always every slot; `Engine.min_rows`)",
   )  # fmt: skip
   parser.add_argument(
       "--share_prefixes", type=int, default=1,

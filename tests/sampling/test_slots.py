@@ -230,10 +230,9 @@ def test_generate_on_the_live_rows_samples_what_each_samples_alone(
   """Four slots, `min_rows=1`: each generate runs on the live slots
   gathered into 1, 2, 3 or 4 rows. Three episodes play three turns each
   (later turns continue their slots' caches on the all-global model, on
-  windows of it) while
-  three one-turn requests arrive as others end; every request samples what
-  the lock-step sampler samples on it alone, and the row-steps count only
-  the rows that ran."""
+  windows of it) while three one-turn requests arrive as others end; every
+  request samples what the lock-step sampler samples on it alone, and the
+  row-steps count only the rows that ran."""
   cfg, params = request.getfixturevalue(model)
   engine = _engine(cfg, slots=4, min_rows=1, temperature=temperature,
                    cache_length=64, min_window=8)  # fmt: skip
