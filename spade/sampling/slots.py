@@ -525,8 +525,8 @@ class Engine:
       # a window: the window's steps gathered from `shift` earlier); fresh
       # rows take the empty cache.
       axis, per_row = spec
-      parts = []
-      for r in range(k):
+
+      def row(r, out):
         y = jax.lax.dynamic_slice_in_dim(
             x_state, src[r] * per_row, per_row, axis=axis
         )
@@ -539,10 +539,14 @@ class Engine:
             kept = (times >= hi - span[r]) & (times < hi)
             kept = kept.reshape((1,) * t + (-1,) + (1,) * (y.ndim - t - 1))
             y = jnp.where(kept, y, -1)
-        fresh = jax.lax.slice_in_dim(x_fresh, r * per_row, (r + 1) * per_row,
-                                     axis=axis)  # fmt: skip
-        parts.append(jnp.where(cont[r], y, fresh))
-      return jnp.concatenate(parts, axis=axis)
+        fresh = jax.lax.dynamic_slice_in_dim(out, r * per_row, per_row, axis)
+        y = jnp.where(cont[r], y.astype(out.dtype), fresh)
+        return jax.lax.dynamic_update_slice_in_dim(out, y, r * per_row, axis)
+
+      # A loop, not k unrolled copies: the program's size (and its compile
+      # time, times every window `_run_on` switches over) does not grow
+      # with the rows.
+      return jax.lax.fori_loop(0, k, row, x_fresh)
 
     cache = jax.tree.map(
         start, state["cache"], self.init_cache(k, window), row_axes, slot_axes
@@ -585,9 +589,9 @@ class Engine:
       # nothing else of what its slot held: positions outside the window
       # are emptied (-1, never attended), keys and values left as they are.
       axis, per_row = spec
-      for r in range(k):
-        new = jax.lax.slice_in_dim(x_new, r * per_row, (r + 1) * per_row,
-                                   axis=axis)  # fmt: skip
+
+      def row(r, x_state):
+        new = jax.lax.dynamic_slice_in_dim(x_new, r * per_row, per_row, axis)
         old = jax.lax.dynamic_slice_in_dim(
             x_state, at[r] * per_row, per_row, axis=axis
         )
@@ -598,10 +602,11 @@ class Engine:
           new = held.at[(slice(None),) * t + (ring,)].set(
               new, unique_indices=True
           )
-        x_state = jax.lax.dynamic_update_slice_in_dim(
+        return jax.lax.dynamic_update_slice_in_dim(
             x_state, jnp.where(valid[r], new, old), at[r] * per_row, axis=axis
         )
-      return x_state
+
+      return jax.lax.fori_loop(0, k, row, x_state)
 
     cache = jax.tree.map(insert, state["cache"], cache, row_axes, slot_axes)
     return cache, logits
