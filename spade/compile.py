@@ -5,6 +5,8 @@ r"""Compiles a config's TPU programs ahead of time on a CPU host: does it fit?
       --config.compile.agent_rows=64
   python -m spade.compile --config=configs/qwen3_4b_tpu.py --topology=v5p-32 \
       --noupdate --nosamplers   # the slot engine's programs only
+  python -m spade.compile --config=configs/gemma3_tpu.py:12b \
+      --topology=v5p-128 --noupdate --nosamplers --engine --roles=designer
 
 For the named Cloud TPU slice (`spade.model.topology`: v5p-8, v5p-32, v5e-16,
 v6e-8, ...) it builds the slice's device list with libtpu's topology
@@ -61,7 +63,7 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 # Several processes (pytest -n 2) may load libtpu at once; libtpu refuses a
 # second loader unless told this. The worker hostname silences libtpu's
@@ -772,6 +774,7 @@ def run(
     update: bool = True,
     samplers: bool = True,
     engine: bool = False,
+    roles: Sequence[str] = ("agent", "designer"),
     log=print,
 ) -> Report:
   """Compiles the config's programs for the named slice; returns the report.
@@ -784,8 +787,14 @@ def run(
     samplers: also compile each role's prefill and decode step.
     engine: also compile each role's slot-engine programs
       (`compile_engine`).
+    roles: whose sampler and engine programs to compile ("agent",
+      "designer").
     log: called with each program's line as it finishes.
   """
+  heads = sorted(r.head for r in transformer.Role)
+  if not roles or set(roles) - set(heads):
+    raise ValueError(f"roles must be some of {heads}, not {list(roles)}")
+  roles = [r for r in heads if r in roles]
   tpu = topology_lib.parse(topology)
   devices = tpu.devices()
   mesh = sharding.make_mesh(config.mesh, devices)
@@ -805,11 +814,11 @@ def run(
   if update:
     add(compile_update(config, mesh, rules, state, optimizer, hbm))
   if samplers:
-    for role in sorted(r.head for r in transformer.Role):
+    for role in roles:
       for program in compile_sampler(config, mesh, rules, state, role, hbm):
         add(program)
   if engine:
-    for role in sorted(r.head for r in transformer.Role):
+    for role in roles:
       for program in compile_engine(config, mesh, rules, state, role, hbm):
         add(program)
   return report
@@ -865,6 +874,11 @@ def _define_flags() -> None:
       "Also compile each role's slot-engine programs (prefill-insert,"
       " generate); default: when config.sampling.engine is 'slots'.",
   )
+  flags.DEFINE_list(
+      "roles",
+      ["agent", "designer"],
+      "Whose sampler and engine programs to compile (agent, designer).",
+  )
 
 
 def main(argv: list[str]) -> None:
@@ -887,6 +901,9 @@ def main(argv: list[str]) -> None:
     topology_lib.parse(f.topology)
   except (config_lib.ConfigError, topology_lib.TopologyError) as e:
     sys.exit(f"spade.compile: {e}")
+  heads = sorted(r.head for r in transformer.Role)
+  if not f.roles or set(f.roles) - set(heads):
+    sys.exit(f"spade.compile: --roles must be some of {','.join(heads)}")
   report = run(
       config,
       f.topology,
@@ -894,6 +911,7 @@ def main(argv: list[str]) -> None:
       update=f.update,
       samplers=f.samplers,
       engine=engine,
+      roles=f.roles,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)

@@ -141,7 +141,10 @@ def test_agent_sampler_counts_the_kept_caches_of_every_group():
 
   # Without carry_cache nothing is kept between turns.
   c.agent.carry_cache = False
-  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
+  report = compile_lib.run(
+      c, "v5p-8", update=False, roles=["agent"], log=lambda _: None
+  )
+  assert [p.name for p in report.programs] == ["agent prefill", "agent decode"]
   assert report.programs[0].held_bytes == state
 
   # What is held counts against HBM: 64 groups of 2 rows' caches of 8k slots
@@ -159,12 +162,19 @@ def test_agent_sampler_counts_the_kept_caches_of_every_group():
       model__max_len=8192,
       agent__max_context=8192 - 16,
   )
-  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
+  report = compile_lib.run(
+      c, "v5p-8", update=False, roles=["agent"], log=lambda _: None
+  )
   prefill = report.programs[0]
   assert not prefill.error and prefill.peak_bytes < 95 * GIB
   assert prefill.held_bytes > 95 * GIB - prefill.peak_bytes
   assert not prefill.fits and not report.fits
   assert "fits=False" in report.summary()
+
+
+def test_roles_must_name_a_role():
+  with pytest.raises(ValueError, match="roles must be some of"):
+    compile_lib.run(_tiny(), "v5p-8", roles=["critic"], log=lambda _: None)
 
 
 def test_decode_takes_the_parameters_in_their_shards():
@@ -185,8 +195,10 @@ def test_decode_takes_the_parameters_in_their_shards():
       model__head_dim=128,
       model__mlp_dim=1024,
   )
-  report = compile_lib.run(c, "v5p-8", update=False, log=lambda _: None)
-  prefill, decode = report.programs[:2]
+  report = compile_lib.run(
+      c, "v5p-8", update=False, roles=["agent"], log=lambda _: None
+  )
+  prefill, decode = report.programs
   fns = transformer.sampling_fns(c.model, transformer.Role.AGENT)
   prepared = jax.eval_shape(
       lambda: fns.prepare_params(
