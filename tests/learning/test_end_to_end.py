@@ -57,13 +57,16 @@ def run(workdir: str, *flags: str) -> list[float]:
   return [by_step[s] for s in sorted(by_step)]
 
 
+ITERATIONS = 10  # of the variant's 16: its return is past 0.7 by the 8th
+
+
 def test_return_rises_through_main(tmp_path):
-  records = run(str(tmp_path / "run"))
+  records = run(str(tmp_path / "run"), f"--config.num_iterations={ITERATIONS}")
   curve = [r[KEY] for r in records]
   # The rollout ran through the slot engine (the default) and counted what
   # it decoded.
   assert all(r["rollout/tokens_generated"] > 0 for r in records), records[0]
-  assert len(curve) >= 12, curve
+  assert len(curve) == ITERATIONS, curve
   first, last = np.mean(curve[:3]), np.mean(curve[-3:])
   assert first < 0.3, curve
   assert last > first + 0.25, curve
