@@ -791,10 +791,7 @@ def run(
       "designer").
     log: called with each program's line as it finishes.
   """
-  heads = sorted(r.head for r in transformer.Role)
-  if not roles or set(roles) - set(heads):
-    raise ValueError(f"roles must be some of {heads}, not {list(roles)}")
-  roles = [r for r in heads if r in roles]
+  roles = _roles(roles)
   tpu = topology_lib.parse(topology)
   devices = tpu.devices()
   mesh = sharding.make_mesh(config.mesh, devices)
@@ -822,6 +819,14 @@ def run(
       for program in compile_engine(config, mesh, rules, state, role, hbm):
         add(program)
   return report
+
+
+def _roles(roles: Sequence[str]) -> list[str]:
+  """The named roles in the order they compile; ValueError on any other."""
+  heads = sorted(r.head for r in transformer.Role)
+  if not roles or set(roles) - set(heads):
+    raise ValueError(f"roles must be some of {heads}, not {list(roles)}")
+  return [r for r in heads if r in roles]
 
 
 def describe(program: Program, tpu: topology_lib.Slice) -> str:
@@ -901,9 +906,10 @@ def main(argv: list[str]) -> None:
     topology_lib.parse(f.topology)
   except (config_lib.ConfigError, topology_lib.TopologyError) as e:
     sys.exit(f"spade.compile: {e}")
-  heads = sorted(r.head for r in transformer.Role)
-  if not f.roles or set(f.roles) - set(heads):
-    sys.exit(f"spade.compile: --roles must be some of {','.join(heads)}")
+  try:
+    _roles(f.roles)
+  except ValueError as e:
+    sys.exit(f"spade.compile: --{e}")
   report = run(
       config,
       f.topology,
