@@ -25,7 +25,10 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     with `sampling.engine="slots"` or `--engine`):
                     `sampling.prefill_rows` prompts written into
                     `sampling.slots` slots of a `model.max_len` cache, and
-                    `sampling.decode_steps` tokens over every slot; for
+                    `sampling.decode_steps` tokens over every slot, each
+                    on the engine's largest cache windows (the server's
+                    window is static, one program each;
+                    `--engine_windows`, default 2, 0 for all); for
                     generate also the bytes accessed per generated token
                     (`cost_analysis()`, one decode step) against the least
                     a step must read, the weights and every slot's cache
@@ -662,17 +665,26 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
   return captured["prefill_insert"], captured["generate"]
 
 
-def compile_engine(config, mesh, rules, state, role, hbm_bytes):
+def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
   """The role's slot-engine programs (`spade.sampling.slots`): prefill-insert
   and generate over `sampling.slots` slots of a `model.max_len` cache.
 
-  Besides memory and FLOPs, the generate program's `cost_analysis()` bytes
-  accessed (a while loop's body counted once: about one decode step) per
-  generated token, against the minimum a step must read: the parameters
-  and every slot's cache, once.
+  The server runs each program on one of the engine's cache windows
+  (`Engine.windows`), a static argument: one program per window. This
+  compiles the `windows` largest (0: every one) and reports, per program,
+  the worst of them: a window's buffers (the rows' fresh cache, the
+  generate loop's view of every slot) grow with it, so the two largest, the
+  whole cache and the largest window below it, bound the others' peak.
+
+  Besides memory and FLOPs, the whole-cache generate program's
+  `cost_analysis()` bytes accessed (a while loop's body counted once: about
+  one decode step) per generated token, against the minimum a step must
+  read: the parameters and every slot's cache, once.
   """
   engine = slot_engine(config, mesh, rules, role)
   s, c, n = engine.slots, engine.cache_length, engine.decode_steps
+  every = engine.windows
+  picked = every if windows <= 0 else every[-windows:]
   prompt, new = (
       (config.agent.max_context, config.agent.max_new_tokens)
       if role == "agent"
@@ -707,12 +719,18 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes):
         tree,
     )
 
-  def lower(fn, args):
+  def lower(fn, args, at, window):
+    # The server's call with its window (argument `at`) static, as it runs.
+    rest = args[:at] + args[at + 1 :]
+
+    def on_window(p, st, *a):
+      return fn(p, st, *a[:at], window, *a[at:])
+
     def go():
       with sharding.use_rules(mesh, rules):
-        return jax.jit(fn, donate_argnums=1, out_shardings=(out, None)).lower(
-            params, decode_state, *host(args)
-        )
+        return jax.jit(
+            on_window, donate_argnums=1, out_shardings=(out, None)
+        ).lower(params, decode_state, *host(rest))
 
     return go
 
@@ -725,32 +743,41 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes):
     held_bytes += own
     held += f", train params {own / GIB:.2f}"
   cache_bytes = device_bytes(decode_state["cache"])
+  ws = ", ".join(f"{w:,}" for w in picked)
+  on = f"windows {ws} of {len(every)}"
+
+  def worst(name, shape, flops, fn, args, at):
+    """Each picked window's program; the one with the highest peak (or the
+    first that does not fit), its compile time the sum, and the
+    whole-cache one's `Compiled`."""
+    results = []
+    for w in picked:
+      p = Program(
+          name, shape, held_bytes=held_bytes, held=held, model_flops=flops
+      )
+      results.append(_compile(p, lower(fn, args, at, w), hbm_bytes))
+    failed = [p for p, _, _ in results if p.error]
+    program = (
+        failed[0]
+        if failed
+        else max((p for p, _, _ in results), key=lambda p: p.peak_bytes)
+    )
+    program.compile_s = sum(p.compile_s for p, _, _ in results)
+    return program, results[-1][2]
+
   rows = engine.prefill_rows
-  programs = [
-      _compile(
-          Program(
-              f"{role} slots prefill-insert",
-              f"{rows} rows into {s} slots x cache {c},"
-              f" chunk {engine.chunk}",
-              held_bytes=held_bytes,
-              held=held,
-              model_flops=forward_flops(config.model, rows, prompt, "last"),
-          ),
-          lower(engine._prefill_insert, prefill_args),
-          hbm_bytes,
-      )[0]
-  ]
-  program, _, compiled = _compile(
-      Program(
-          f"{role} slots generate",
-          f"{s} slots x cache {c}, {n} steps a call",
-          held_bytes=held_bytes,
-          held=held,
-          model_flops=n * decode_flops(config.model, s, c),
-      ),
-      lower(engine._generate, generate_args),
-      hbm_bytes,
-  )
+  prefill, _ = worst(
+      f"{role} slots prefill-insert",
+      f"{rows} rows into {s} slots x cache {c}, chunk {engine.chunk}, {on}",
+      forward_flops(config.model, rows, prompt, "last"),
+      engine._prefill_insert, prefill_args, 2,
+  )  # fmt: skip
+  program, compiled = worst(
+      f"{role} slots generate",
+      f"{s} slots x cache {c}, {n} steps a call, {on}",
+      n * decode_flops(config.model, s, c),
+      engine._generate, generate_args, 3,
+  )  # fmt: skip
   # pylint: enable=protected-access
   if compiled is not None:
     cost = compiled.cost_analysis()
@@ -762,8 +789,7 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes):
     # Per device a step reads its shards; the slice makes `s` tokens a step.
     program.bytes_per_token = step * chips / s
     program.min_bytes_per_token = floor * chips / s
-  programs.append(program)
-  return programs
+  return [prefill, program]
 
 
 def run(
@@ -775,6 +801,7 @@ def run(
     samplers: bool = True,
     engine: bool = False,
     roles: Sequence[str] = ("agent", "designer"),
+    engine_windows: int = 2,
     log=print,
 ) -> Report:
   """Compiles the config's programs for the named slice; returns the report.
@@ -789,6 +816,8 @@ def run(
       (`compile_engine`).
     roles: whose sampler and engine programs to compile ("agent",
       "designer").
+    engine_windows: how many of the engine's cache windows, largest first,
+      each engine program is compiled on (0: all; see `compile_engine`).
     log: called with each program's line as it finishes.
   """
   roles = _roles(roles)
@@ -816,7 +845,9 @@ def run(
         add(program)
   if engine:
     for role in roles:
-      for program in compile_engine(config, mesh, rules, state, role, hbm):
+      for program in compile_engine(
+          config, mesh, rules, state, role, hbm, engine_windows
+      ):
         add(program)
   return report
 
@@ -884,6 +915,12 @@ def _define_flags() -> None:
       ["agent", "designer"],
       "Whose sampler and engine programs to compile (agent, designer).",
   )
+  flags.DEFINE_integer(
+      "engine_windows",
+      2,
+      "Compile each engine program on this many of its cache windows,"
+      " largest first (they bound the smaller ones' peak); 0: every window.",
+  )
 
 
 def main(argv: list[str]) -> None:
@@ -918,6 +955,7 @@ def main(argv: list[str]) -> None:
       samplers=f.samplers,
       engine=engine,
       roles=f.roles,
+      engine_windows=f.engine_windows,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)

@@ -253,8 +253,13 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
     assert p.alias_bytes > 0, p
     assert "optimizer state" in p.held and p.held_bytes > 0
   prefill, generate = report.programs[:2]
+  # The engine's windows are 64, 96, 128, 192 and the whole cache; each
+  # program is compiled on the two largest, as the server calls it.
   assert prefill.shape.startswith("4 rows into 8 slots x cache 256")
-  assert generate.shape == "8 slots x cache 256, 4 steps a call"
+  assert prefill.shape.endswith("windows 192, 256 of 5")
+  assert generate.shape == (
+      "8 slots x cache 256, 4 steps a call, windows 192, 256 of 5"
+  )
   assert generate.model_flops > 0 and generate.xla_flops > 0
   # A step reads at least the weights and the live cache once.
   assert generate.min_bytes_per_token > 0
