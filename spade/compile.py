@@ -672,9 +672,12 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
   The server runs each program on one of the engine's cache windows
   (`Engine.windows`), a static argument: one program per window. This
   compiles the `windows` largest (0: every one) and reports, per program,
-  the worst of them: a window's buffers (the rows' fresh cache, the
-  generate loop's view of every slot) grow with it, so the two largest, the
-  whole cache and the largest window below it, bound the others' peak.
+  the worst of them. A window's buffers (the rows' fresh cache, the
+  generate loop's view of every slot) grow with it, so the peak is at the
+  whole cache or the largest window below it (the default two): on
+  `tests/test_compile.py`'s tiny shapes, all five windows compiled, it was
+  the whole cache's for prefill-insert and the largest window's for
+  generate (which takes a copy of its window; the whole cache does not).
 
   Besides memory and FLOPs, the whole-cache generate program's
   `cost_analysis()` bytes accessed (a while loop's body counted once: about
