@@ -639,8 +639,13 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
         raise _Captured()
       # What the program would return, every flag set: a live first token,
       # so the server goes on to generate.
+      # Prefill-insert's last argument, the window, is static.
+      *traced, window = args
       with sharding.use_rules(engine.mesh, engine._rules):
-        _, out = jax.eval_shape(fn, params, decode_state, *args)
+        _, out = jax.eval_shape(
+            lambda p, st, *a: fn(p, st, *a, window),
+            params, decode_state, *traced,
+        )  # fmt: skip
       return "state", jax.tree.map(lambda x: np.ones(x.shape, x.dtype), out)
 
     return program

@@ -544,8 +544,7 @@ class Engine:
         return jax.lax.dynamic_update_slice_in_dim(out, y, r * per_row, axis)
 
       # A loop, not k unrolled copies: the program's size (and its compile
-      # time, times every window `_run_on` switches over) does not grow
-      # with the rows.
+      # time) does not grow with the rows.
       return jax.lax.fori_loop(0, k, row, x_fresh)
 
     cache = jax.tree.map(
@@ -774,18 +773,16 @@ class Engine:
     return next((w for w in self.windows if w >= need), self.cache_length)
 
   def _run_on(self, window, branch, operands):
-    """branch(window, operands). A static window (a Python int, as the
-    server passes it: one compile per window) runs its branch alone; a
-    traced one (a program lowered with abstract arguments) picks among
-    every window's branch on device, so that program holds them all."""
-    if isinstance(window, (int, np.integer)):
-      if int(window) not in self.windows:
-        raise ValueError(f"window={window} is not one of {self.windows}")
-      return branch(int(window), operands)
-    windows = jnp.asarray(self.windows, jnp.int32)
-    index = jnp.minimum(jnp.searchsorted(windows, window), len(windows) - 1)
-    branches = [functools.partial(branch, w) for w in self.windows]
-    return jax.lax.switch(index, branches, operands)
+    """branch(window, operands) for a static window (a Python int, as the
+    server passes it, and `spade.compile`: one program per window)."""
+    if not isinstance(window, (int, np.integer)):
+      raise TypeError(
+          f"window must be a static int, one of {self.windows}; got"
+          f" {window!r}: jit the engine's programs with it in static_argnums"
+      )
+    if int(window) not in self.windows:
+      raise ValueError(f"window={window} is not one of {self.windows}")
+    return branch(int(window), operands)
 
   def _everywhere(self, tree):
     """Small outputs replicated, so every process reads all of them."""
