@@ -39,6 +39,10 @@ if os.environ.get("SPADE_TEST_JAX_CACHE", "1") != "0" and not os.environ.get(
   # (without one it writes entries in place, and a process reading an entry
   # another is still writing would get a truncated program).
   os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(16 * 2**30)
+  # Every program, not only those over JAX's default second of compile: the
+  # tiny model's are mostly shorter, and each `spade.main` a test starts
+  # compiles them again.
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
   _OWNS_CACHE = True
 
 
@@ -55,11 +59,33 @@ def pytest_configure(config):
   )
 
 
+def _spread_slow_tests(items, workers: int):
+  """The order `--dist worksteal` balances best: it hands worker i the
+  i-th contiguous part of the list (len // (workers - i) of what is left)
+  and later steals from the ends of the parts. So every part starts with
+  its share of the slow tests (every `workers`-th, round robin) and the
+  short ones fill the parts' ends; with the slow tests all at the front of
+  the list, one worker would start with all of them."""
+  slow = [item for item in items if "slow" in item.keywords]
+  fast = iter([item for item in items if "slow" not in item.keywords])
+  ordered, left = [], len(items)
+  for i in range(workers):
+    size = left // (workers - i)
+    left -= size
+    mine = slow[i::workers]
+    ordered += mine + [next(fast) for _ in range(max(0, size - len(mine)))]
+  ordered += list(fast)
+  items[:] = ordered
+
+
 def pytest_collection_modifyitems(config, items):
   del config
-  # Long tests first, so xdist's workers start on them and the short ones
-  # fill the end of the run instead of one worker finishing alone.
+  # Long tests first, so the workers start on them and the short ones fill
+  # the end of the run instead of one worker finishing alone.
   items.sort(key=lambda item: "slow" not in item.keywords)
+  workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+  if workers > 1:
+    _spread_slow_tests(items, workers)
   if shutil.which("runsc"):
     return
   # Without runsc the sandbox tests cannot run; fail loudly under CI rather

@@ -120,6 +120,7 @@ def _cache_bytes(c, rows, slots):
   )
 
 
+@pytest.mark.slow
 def test_agent_sampler_counts_the_kept_caches_of_every_group():
   # 4 environments x (4 + 4) episodes = 32 a turn; 8 a call: 4 groups, whose
   # last caches the rollout keeps between turns (carry_cache).
@@ -228,6 +229,7 @@ def test_decode_takes_the_parameters_in_their_shards():
   assert 0.4 * whole < params <= shard + 1024, (params, shard, whole)
 
 
+@pytest.mark.slow
 def test_slot_engine_programs_compile_and_report_bytes_per_token():
   c = _tiny()
   c.sampling.slots = 8

@@ -373,6 +373,7 @@ def _global_cfg(**overrides):
   return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scan_decode", [False, True])
 def test_a_carried_cache_samples_what_a_whole_prefill_samples(scan_decode):
   """Turn 2 of three rows continues turn 1's cache (rows reordered, one

@@ -221,6 +221,7 @@ def test_a_returning_turn_continues_its_slots_cache(
   assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model,temperature", [("flat", 0.0), ("flat", 1.0), ("ring", 1.0)]
 )
@@ -288,6 +289,7 @@ def test_windows_are_few_and_bounded(ring, flat):
                   min_window=8).windows == (48,)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_calls_on_a_window_sample_what_the_whole_cache_samples(
     flat, temperature
@@ -443,6 +445,7 @@ def test_lockstep_row_steps_count_the_longest_row():
   assert E.lockstep_row_steps(out) == 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slots,min_rows", [(4, 0), (8, 4)])
 def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
   """Four batch shards; with `min_rows`, generate also runs on one live

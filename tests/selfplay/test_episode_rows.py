@@ -4,6 +4,7 @@ import types
 
 import jax
 import numpy as np
+import pytest
 
 from spade import config as config_lib
 from spade.agent import rollout
@@ -91,6 +92,7 @@ def test_the_sequence_is_what_the_sampler_saw_turn_by_turn():
   assert sum(ep.token_mask) == sum(len(t.completion_ids) for t in ep.turns)
 
 
+@pytest.mark.slow
 def test_one_episode_row_scores_like_its_per_turn_rows():
   ep = _episode()
   config = config_lib.base_config()
