@@ -12,6 +12,7 @@ compilations are loads. A cache from outside the session is never used:
 set SPADE_TEST_JAX_CACHE=0 to compile everything afresh.
 """
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -73,7 +74,7 @@ def _spread_slow_tests(items, workers: int):
     size = left // (workers - i)
     left -= size
     mine = slow[i::workers]
-    ordered += mine + [next(fast) for _ in range(max(0, size - len(mine)))]
+    ordered += mine + list(itertools.islice(fast, max(0, size - len(mine))))
   ordered += list(fast)
   items[:] = ordered
 
