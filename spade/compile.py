@@ -715,8 +715,9 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
   prefill_args, generate_args = _engine_host_args(
       engine, params, decode_state, prompt, new
   )
-  # Generate on every slot (no gathered rows, `Engine.min_rows`): the
-  # largest of its programs.
+  # Generate on every slot. The programs on gathered rows
+  # (`Engine.min_rows`) are not compiled here: they run fewer rows but take
+  # a copy of those rows' cache, so their peak is not bounded by this one's.
   generate_args = generate_args[:4] + (None,)
 
   def host(tree):
