@@ -466,13 +466,14 @@ class Engine:
     history's time shift; and the first chunk to run) into the slots
     `reqs` names (per row: destination slot (slots: none), key data,
     limit), in place, on the last `window` cache steps (one of `windows`,
-    holding every row's history and new columns; see `_run_on`)."""
+    holding every row's history and new columns; see `_static_window`)."""
     self.traces["prefill_insert"] += 1
     tokens, lengths, base, cont, shift, first, src, span = rows
     del tokens, first, src, span
     dst, keys, limits = reqs
-    branch = lambda w, st: self._prefill_window(w, params, rows, reqs, st)
-    cache, logits = self._run_on(window, branch, state)
+    cache, logits = self._prefill_window(
+        self._static_window(window), params, rows, reqs, state
+    )
 
     rng = jax.vmap(lambda d: jax.random.fold_in(jax.random.wrap_key_data(d), 0))
     tok, logp = self._draw(rng(keys), logits)
@@ -614,7 +615,7 @@ class Engine:
     """Up to `decode_steps` tokens over every slot, stopping once no slot is
     live, or, with `early` (a bool scalar: no recompile), once a slot ends,
     on the cache steps [clock + room - window, clock + room) (`window` one
-    of `windows`, see `_run_on`; `room`, an int32 scalar, the steps left
+    of `windows`, see `_static_window`; `room`, an int32 scalar, the steps left
     after every live row's history: the loop also stops when they are
     spent; the whole cache never runs out). `arm` (per slot: whether a
     returning turn starts there, its tokens to feed int32[S, F] and their
@@ -652,10 +653,10 @@ class Engine:
                            "batch", None)  # fmt: skip
     lps = self._constrain(jnp.zeros((rows, n), jnp.float32), "batch", None)
     before = state["gen"]
-    branch = lambda w, ops: self._generate_window(
-        w, params, early, room, index, ops
-    )
-    out, toks, lps, steps = self._run_on(window, branch, (sub, toks, lps))
+    out, toks, lps, steps = self._generate_window(
+        self._static_window(window), params, early, room, index,
+        (sub, toks, lps),
+    )  # fmt: skip
     if index is not None:
       out = dict(
           out, **{k: _rows_put(state[k], out[k], vec, index) for k in names}
@@ -772,9 +773,9 @@ class Engine:
     cache when none does)."""
     return next((w for w in self.windows if w >= need), self.cache_length)
 
-  def _run_on(self, window, branch, operands):
-    """branch(window, operands) for a static window (a Python int, as the
-    server passes it, and `spade.compile`: one program per window)."""
+  def _static_window(self, window) -> int:
+    """`window` as an int, one of `windows`: the programs take it static
+    (the server and `spade.compile` pass an int: one program per window)."""
     if not isinstance(window, (int, np.integer)):
       raise TypeError(
           f"window must be a static int, one of {self.windows}; got"
@@ -782,7 +783,7 @@ class Engine:
       )
     if int(window) not in self.windows:
       raise ValueError(f"window={window} is not one of {self.windows}")
-    return branch(int(window), operands)
+    return int(window)
 
   def _everywhere(self, tree):
     """Small outputs replicated, so every process reads all of them."""
