@@ -21,7 +21,7 @@ of a design kept before it). `--rescore DIR` prints these figures again for
 the designs a run saved with `--save_dir=DIR`, without sampling.
 
 Sampling uses the loop's designer settings (`designer.temperature`,
-`sampling.top_k`, `sampling.top_p`) unless overridden. Prompts are left-padded
+`designer.top_k`, `designer.top_p`) unless overridden. Prompts are left-padded
 to a multiple of 128 tokens (not a power of two: a 2,300-token prompt would
 otherwise be prefilled at 4,096) and `model.max_len` is raised to hold the
 longest prompt plus `--max_new_tokens`. Run (several minutes on 2 CPU cores):
@@ -193,8 +193,8 @@ def main(argv=None) -> None:
       if args.temperature is None
       else args.temperature
   )
-  top_k = config.sampling.top_k if args.top_k is None else args.top_k
-  top_p = config.sampling.top_p if args.top_p is None else args.top_p
+  top_k = config.designer.top_k if args.top_k is None else args.top_k
+  top_p = config.designer.top_p if args.top_p is None else args.top_p
 
   start = time.perf_counter()
   tokenizer = tokenizer_lib.build_tokenizer(config)

@@ -69,6 +69,10 @@ def get_config(arg=None):
   c.designer.max_new_tokens = 320
   # One unlikely byte in 320 breaks a program: sample nearer the mode.
   c.designer.temperature = 0.7
+  # Ours, not the reference's top-k 20 / top-p 0.95: the tiny byte model
+  # samples its whole distribution, and the agent at temperature 1.0.
+  c.designer.top_k, c.designer.top_p = 0, 1.0
+  c.agent.temperature, c.agent.top_k, c.agent.top_p = 1.0, 0, 1.0
   c.designer.num_envs = 8
   c.designer.samples_per_prompt = 8
   c.designer.max_attempts = 2

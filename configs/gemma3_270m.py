@@ -39,9 +39,6 @@ def get_config(arg=None):
   c.optim.microbatch_rows = 2
   c.tokenizer.kind = "gemma_sp"
 
-  c.sampling.temperature = 1.0
-  c.sampling.top_k = 64  # cheap nucleus on a 262k vocabulary
-
   c.designer.num_envs = 4
   c.designer.max_new_tokens = 768
   c.designer.max_prompt_tokens = 768

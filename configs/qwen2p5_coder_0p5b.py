@@ -57,9 +57,6 @@ def get_config(arg=None):
   c.optim.microbatch_rows = 2
   c.tokenizer.kind = "qwen_bpe"
 
-  c.sampling.temperature = 1.0
-  c.sampling.top_k = 64
-
   c.designer.num_envs = 4
   c.designer.max_new_tokens = 768
   c.designer.max_prompt_tokens = 768

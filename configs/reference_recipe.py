@@ -116,8 +116,10 @@ def get_config(arg=None):
   c.agent.action = "parse"  # utils/parsing.parse_action
   c.agent.unfinished_reply = "end"  # no EOS: truncated, no step
   c.agent.full_context = "end"  # < 64 tokens left: truncated
-  c.sampling.top_p = 0.95  # actor_top_p / env_top_p
-  c.sampling.top_k = 20  # actor_top_k / env_top_k
+  c.agent.top_p = 0.95  # --spade-actor-top-p
+  c.agent.top_k = 20  # --spade-actor-top-k
+  c.designer.top_p = 0.95  # --spade-env-top-p
+  c.designer.top_k = 20  # --spade-env-top-k
   # Rewards: the blend designer reward (regret at matched timing, plateau
   # over the window), centred per skill and weighted by min(192 / #designs x
   # 4, 50); the agent's rewards z-scored per game

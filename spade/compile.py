@@ -606,6 +606,7 @@ def slot_engine(config, mesh, rules, role: str):
   (`spade.selfplay.engine.Engine.slot_engine`)."""
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
   c = config
+  section = c.designer if role == "designer" else c.agent
   return slots_lib.Engine(
       *transformer.sampling_fns(c.model, transformer.Role.of(role)),
       pad_id=0,
@@ -616,9 +617,9 @@ def slot_engine(config, mesh, rules, role: str):
       prefill_rows=shapes_lib.round_up(c.sampling.prefill_rows, shards),
       decode_steps=c.sampling.decode_steps,
       min_rows=c.sampling.min_rows,
-      temperature=c.sampling.temperature,
-      top_k=c.sampling.top_k,
-      top_p=c.sampling.top_p,
+      temperature=section.temperature,
+      top_k=section.top_k,
+      top_p=section.top_p,
       mesh=mesh,
       rules=rules,
   )

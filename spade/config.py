@@ -111,9 +111,6 @@ def base_config() -> ConfigDict:
   )
 
   c.sampling = ConfigDict()
-  c.sampling.temperature = 1.0
-  c.sampling.top_k = 0
-  c.sampling.top_p = 1.0
   # Prompt columns the sampler writes into the KV cache per prefill step:
   # the step's attention scores are rows x heads x this x cache length.
   c.sampling.prefill_chunk = 512
@@ -193,7 +190,13 @@ def base_config() -> ConfigDict:
   c.designer.num_envs = 2
   c.designer.samples_per_prompt = 2  # designs per grounding document (group)
   c.designer.max_new_tokens = 256
-  c.designer.temperature = 1.0
+  # Each role samples with the reference's own settings: designs at its
+  # games recipe's --spade-env-temperature 0.6 with --spade-env-top-p 0.95
+  # and --spade-env-top-k 20 (spade/slime/arguments.py defaults, which the
+  # recipe keeps); top_k 0 keeps every token, top_p 1.0 the whole mass.
+  c.designer.temperature = 0.6
+  c.designer.top_k = 20
+  c.designer.top_p = 0.95
   # A design that (nearly) duplicates an archived program
   # (memory.duplicate_threshold): "play" (the reference, which has no
   # duplicate filter: played and trained like any design; the archive keeps
@@ -201,6 +204,13 @@ def base_config() -> ConfigDict:
   # designer is pushed to new programs).
   c.designer.duplicates = "play"
   c.designer.hint_temperature = 0.3
+  # The hint writer (SelfHintGenerator) passes only a temperature, so the
+  # slime adapter's generate_async default top_p=0.9 applies and top-k is
+  # slime's --rollout-top-k, which the recipe leaves unset (no top-k)
+  # (spade/slime/model_adapter.py). The solvability audit (designer.audit)
+  # samples the same way.
+  c.designer.hint_top_k = 0
+  c.designer.hint_top_p = 0.9
   # The reference's hint pass writes up to 4096 tokens (the games recipe's
   # --spade-hint-max-tokens); small configs lower it.
   c.designer.hint_max_new_tokens = 4096
@@ -271,7 +281,11 @@ def base_config() -> ConfigDict:
   c.agent.max_turns = 3  # T
   c.agent.max_new_tokens = 32
   c.agent.max_context = 768
-  c.agent.temperature = 1.0
+  # The games recipe's --spade-actor-temperature 0.6, with the defaults of
+  # --spade-actor-top-p 0.95 and --spade-actor-top-k 20.
+  c.agent.temperature = 0.6
+  c.agent.top_k = 20
+  c.agent.top_p = 0.95
   # Hinted episodes per environment, played when the pool is regenerated
   # (0: as many as episodes_per_env; the arms may differ, as the
   # reference's --spade-hint-plays-per-game and trajectories-per-game do).
@@ -675,9 +689,6 @@ def tpu_pod_config(
 
   c.mesh.data = -1
   c.mesh.fsdp, c.mesh.tensor = fsdp, tensor
-
-  c.sampling.temperature = 1.0
-  c.sampling.top_p = 1.0
 
   # A TPU host has 100-200 vCPUs; gVisor sandboxes are cheap (~0.4 s start).
   c.sandbox.num_sandboxes = 16

@@ -69,8 +69,10 @@ class ModelResponder:
           f"config.eval.max_new_tokens={self.max_new_tokens}: {e}"
       ) from e
     self.temperature = float(section.temperature)
-    self._top_k = int(config.sampling.top_k)
-    self._top_p = float(config.sampling.top_p)
+    # The agent role's truncation (`agent.top_k`, `agent.top_p`); at the
+    # default eval.temperature=0 the reply is greedy and they do not act.
+    self._top_k = int(config.agent.top_k)
+    self._top_p = float(config.agent.top_p)
     self._key = jax.random.PRNGKey(seed)
     self._calls = 0
     rules = tuple(tuple(r) for r in config.mesh.rules) if mesh else ()

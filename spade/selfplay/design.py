@@ -135,6 +135,8 @@ def write_hints(
       role="designer",
       max_new_tokens=max_new,
       temperature=c.designer.hint_temperature,
+      top_k=c.designer.hint_top_k,
+      top_p=c.designer.hint_top_p,
       seed=seed_for(c.seed, it, "hint"),
       progress=f"iteration {it + 1}: hint writer",
   )
@@ -174,6 +176,8 @@ def solvability_audit(
             role="designer",
             max_new_tokens=max_new,
             temperature=c.designer.audit_temperature,
+            top_k=c.designer.hint_top_k,
+            top_p=c.designer.hint_top_p,
             seed=seed_for(c.seed, it, "audit", attempt),
             progress=f"iteration {it + 1}: solvability audit",
         )
@@ -294,6 +298,8 @@ def design(
         role="designer",
         max_new_tokens=c.designer.max_new_tokens,
         temperature=c.designer.temperature,
+        top_k=c.designer.top_k,
+        top_p=c.designer.top_p,
         seed=seed_for(c.seed, it, "designer", attempt),
         progress=f"iteration {it + 1}: designer sampling",
     )

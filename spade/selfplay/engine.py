@@ -201,11 +201,17 @@ class Engine:
       max_new_tokens: int,
       temperature: float,
       seed: int,
+      top_k: int = 0,
+      top_p: float = 1.0,
       session: text.Session | None = None,
       keys: Sequence[Any] | None = None,
       progress: str | None = None,
   ) -> list[tuple[list[int], list[float], str]]:
     """Samples a completion for every prompt (same result on every process).
+
+    `temperature`, `top_k` (0: every token) and `top_p` (1.0: the whole
+    mass) are the calling role's (`designer.*`, `designer.hint_*`,
+    `agent.*`): the reference samples each role with its own settings.
 
     Through the one front end, `spade.sampling.text.TextGenerator`: a prompt
     must already fit `model.max_len - max_new_tokens` (the callers cut them
@@ -216,8 +222,9 @@ class Engine:
     c = self.config
     if c.sampling.engine == "slots" and session is None and prompts:
       return self._sample_slots(
-          prompts, role, max_new_tokens, temperature, seed, progress
-      )
+          prompts, role, max_new_tokens, (temperature, top_k, top_p), seed,
+          progress,
+      )  # fmt: skip
     out = self.generator.sample(
         self.state.params,
         prompts,
@@ -225,8 +232,8 @@ class Engine:
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         rng=jax.random.PRNGKey(seed),
-        top_k=c.sampling.top_k,
-        top_p=c.sampling.top_p,
+        top_k=top_k,
+        top_p=top_p,
         session=session,
         keys=keys,
         progress=progress,
@@ -234,16 +241,21 @@ class Engine:
     return [(o.token_ids, o.logprobs, o.text) for o in out]
 
   def slot_engine(
-      self, role: str, temperature: float, num_slots: int = 0
+      self,
+      role: str,
+      temperature: float,
+      num_slots: int = 0,
+      top_k: int = 0,
+      top_p: float = 1.0,
   ) -> slots.Engine:
-    """The slot engine of one role and temperature (compiled once per run
+    """The slot engine of one role and sampling rule (compiled once per run
     and size): `num_slots` (default `config.sampling.slots`) decode slots of
     a `model.max_len` cache, each size rounded up to a multiple of the
     mesh's batch shards."""
     c = self.config
     shards = self.generator.batch_shards
     num_slots = shapes.round_up(num_slots or c.sampling.slots, shards)
-    name = (role, float(temperature), num_slots)
+    name = (role, float(temperature), num_slots, int(top_k), float(top_p))
     if name not in self._slot_engines:
       fns = transformer.sampling_fns(
           self.generator.model_config, transformer.Role.of(role)
@@ -261,16 +273,17 @@ class Engine:
           decode_steps=c.sampling.decode_steps,
           min_rows=c.sampling.min_rows,
           temperature=float(temperature),
-          top_k=c.sampling.top_k,
-          top_p=c.sampling.top_p,
+          top_k=int(top_k),
+          top_p=float(top_p),
           mesh=self.mesh,
           rules=self.rules,
       )
     return self._slot_engines[name]
 
-  def _sample_slots(self, prompts, role, max_new_tokens, temperature, seed,progress):  # fmt: skip
+  def _sample_slots(self, prompts, role, max_new_tokens, draw, seed, progress):  # fmt: skip
     """`sample` through the slot engine: prompt i drawn with
-    `fold_in(key(seed), i)`."""
+    `fold_in(key(seed), i)`; `draw` is (temperature, top_k, top_p)."""
+    temperature, top_k, top_p = draw
     room = self.config.model.max_len - max_new_tokens
     longest = max(len(p) for p in prompts)
     if room < 1 or longest > room:
@@ -287,6 +300,8 @@ class Engine:
         role,
         temperature,
         min(shapes.bucket(len(prompts)), self.config.sampling.slots),
+        top_k,
+        top_p,
     )
     server = TextServer(
         engine.start(self.state.params), self.tokenizer, max_new_tokens
@@ -340,6 +355,8 @@ class Engine:
       *,
       max_new_tokens: int,
       temperature: float,
+      top_k: int = 0,
+      top_p: float = 1.0,
       groups: int = 2,
       progress: str | None = None,
   ):
@@ -359,8 +376,8 @@ class Engine:
           max_new_tokens=max_new_tokens,
           temperature=temperature,
           rng=jax.random.PRNGKey(seed),
-          top_k=self.config.sampling.top_k,
-          top_p=self.config.sampling.top_p,
+          top_k=top_k,
+          top_p=top_p,
           session=session if keys is not None else None,
           keys=keys,
           progress=progress,
@@ -370,13 +387,18 @@ class Engine:
     return _LockstepSampler(sample, self.generator.batch_shards)
 
   def agent_server(
-      self, *, max_new_tokens: int, temperature: float
+      self,
+      *,
+      max_new_tokens: int,
+      temperature: float,
+      top_k: int = 0,
+      top_p: float = 1.0,
   ) -> TextServer:
     """The rollout engine's `TurnServer` for the agent head: a fresh slot
     server over the current params (`slot_engine`); an episode's turn
     continues its slot's cache while the slot still holds its history
     (`config.agent.carry_cache`)."""
-    engine = self.slot_engine("agent", temperature)
+    engine = self.slot_engine("agent", temperature, top_k=top_k, top_p=top_p)
     return TextServer(
         engine.start(self.state.params),
         self.tokenizer,

@@ -187,11 +187,15 @@ def play(
     sampler = engine.agent_server(
         max_new_tokens=c.agent.max_new_tokens,
         temperature=c.agent.temperature,
+        top_k=c.agent.top_k,
+        top_p=c.agent.top_p,
     )
   else:
     sampler = engine.agent_sampler(
         max_new_tokens=c.agent.max_new_tokens,
         temperature=c.agent.temperature,
+        top_k=c.agent.top_k,
+        top_p=c.agent.top_p,
         groups=rollout.num_groups(len(specs), rows_per_call, True),
         progress=f"iteration {it + 1}: agent sampling",
     )
