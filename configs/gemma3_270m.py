@@ -26,7 +26,7 @@ def get_config(arg=None):
   c = config_lib.base_config()
   c.num_iterations = 50
   c.model.update(architecture.gemma3_shapes("270m"))
-  c.model.max_len = 2048
+  c.model.max_len = 5120
   # XLA's bfloat16 decode was slower than float32 on this CPU (DESIGN.md).
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
@@ -39,9 +39,11 @@ def get_config(arg=None):
   c.optim.microbatch_rows = 2
   c.tokenizer.kind = "gemma_sp"
 
+  # The whole prompt (~2,600 tokens of instructions for the multi-turn
+  # family, less with a document) and a whole program.
   c.designer.num_envs = 4
-  c.designer.max_new_tokens = 768
-  c.designer.max_prompt_tokens = 768
+  c.designer.max_new_tokens = 1536
+  c.designer.max_prompt_tokens = 3584
   c.designer.use_seed_programs = True
   c.agent.episodes_per_env = 4
   c.agent.max_turns = 4
@@ -51,10 +53,10 @@ def get_config(arg=None):
 
   if arg == "runlocal":
     c.num_iterations = 1
-    c.model.max_len = 1024
+    c.model.max_len = 3072
     c.designer.num_envs = 2
     c.designer.max_new_tokens = 64
-    c.designer.max_prompt_tokens = 512
+    c.designer.max_prompt_tokens = 3008
     c.designer.hint_max_new_tokens = 16
     c.agent.episodes_per_env = 2
     c.agent.max_turns = 2

@@ -42,7 +42,7 @@ def get_config(arg=None):
   c.model.update(architecture.qwen2_shapes("0.5b"))
   # The 0.5B Coder GGUF carries its own output.weight (not tied).
   c.model.tie_embeddings = False
-  c.model.max_len = 2048
+  c.model.max_len = 4096
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
   c.checkpoint.kind = "qwen2_gguf"
@@ -58,8 +58,12 @@ def get_config(arg=None):
   c.tokenizer.kind = "qwen_bpe"
 
   c.designer.num_envs = 4
-  c.designer.max_new_tokens = 768
-  c.designer.max_prompt_tokens = 768
+  # The whole prompt (the instructions take up to ~2,350 tokens; a document
+  # and memory examples are shortened to fit, never the instructions:
+  # `designer.prompt_overflow`) and a whole program (the seed library's are
+  # 750-1,368 tokens).
+  c.designer.max_new_tokens = 1536
+  c.designer.max_prompt_tokens = 2560
   c.designer.use_seed_programs = True
   c.agent.episodes_per_env = 4
   c.agent.max_turns = 4

@@ -171,8 +171,11 @@ def get_config(arg=None):
     c.model.max_len = 2048
     c.designer.num_envs = 2
     c.designer.regeneration_interval = 2
+    # The whole prompt (~1,400 tokens of instructions and a 200-word
+    # document) and a whole program.
+    c.model.max_len = 4096
     c.designer.max_new_tokens = 1536
-    c.designer.max_prompt_tokens = 1536
+    c.designer.max_prompt_tokens = 2560
     c.designer.max_attempts = 2
     c.designer.hint_max_new_tokens = 256
     c.grounding.max_words = 200
@@ -291,6 +294,7 @@ def _tiny(c, variant):
   c.checkpoint = tiny.checkpoint
   c.tokenizer = tiny.tokenizer
   c.num_iterations = 1
+  c.designer.prompt_overflow = "cut_left"  # a byte model: the tail only
   c.optim.microbatch_rows = 0
   c.optim.learning_rate = 1e-5
   c.sandbox.num_sandboxes = 1

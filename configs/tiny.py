@@ -34,6 +34,9 @@ def get_config(arg=None):
   # distribution, as the learning checks' figures were measured.
   for role in (c.designer, c.agent):
     role.temperature, role.top_k, role.top_p = 1.0, 0, 1.0
+  # A byte model's context holds only the instructions' tail: cut them from
+  # the left (ours) instead of refusing the budget.
+  c.designer.prompt_overflow = "cut_left"
   if arg == "smoke":
     c.num_iterations = 1
     c.designer.num_envs = 1

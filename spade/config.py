@@ -86,6 +86,9 @@ def base_config() -> ConfigDict:
   # (config.json + *.safetensors) at checkpoint.path.
   c.checkpoint.kind = "scratch"
   c.checkpoint.path = ""  # empty: found automatically for the GGUF kinds
+  # qwen2_gguf's file when path is empty: "0.5b" or "1.5b"
+  # (Qwen2.5-Coder-Instruct, `spade.model.gguf_files.QWEN2P5_CODER`).
+  c.checkpoint.size = "0.5b"
   # GGUF kinds: keep a converted orbax copy in the cache dir ($SPADE_CACHE or
   # ~/.cache/spade) so later starts skip the dequantization.
   c.checkpoint.cache = True
@@ -219,6 +222,11 @@ def base_config() -> ConfigDict:
   # hint(), which the designer prompt then asks for (ours).
   c.designer.hint_source = "writer"
   c.designer.max_prompt_tokens = 512
+  # A budget too small for the designer's instructions: "refuse" (a config
+  # error at start naming the keys: a prompt cut from the left starts
+  # mid-sentence, without its task) or "cut_left" (ours, for tiny models
+  # whose budget keeps only the instructions' tail).
+  c.designer.prompt_overflow = "refuse"
   # Samples per design before it counts as invalid: the reference draws an
   # invalid design afresh from its prompt up to 5 times (the slime rollout
   # passes max_attempts=5 to collect_trajectories, spade/slime/
@@ -254,7 +262,9 @@ def base_config() -> ConfigDict:
   c.designer.use_seed_programs = True  # tiny: fall back to seed programs
   # What the single-turn and corpus-grounded prompts show: "skeleton" (the
   # reference's interface skeleton with `...` bodies, spade/core/prompts/
-  # corpus_template.py) or "complete" (ours: also a complete example program,
+  # corpus_template.py), "skeleton_max_turns" (ours: the same skeleton with
+  # an __init__ that sets self.max_turns and self.turn_count, which its
+  # step() reads) or "complete" (ours: also a complete example program,
   # spade.designer.examples). The multi-turn and tool-use prompts show the
   # reference's complete example either way.
   c.designer.prompt_example = "skeleton"
@@ -500,6 +510,13 @@ def base_config() -> ConfigDict:
   c.memory.num_negatives = 1
   c.memory.duplicate_threshold = 0.85
   c.memory.num_examples = 2
+  # Ours, off in the reference: programs the FIFO memory holds from the
+  # start, so its retrieval shows two valid programs of the prompt's skill
+  # from the first design on, as the reference's prompt looks once its
+  # memory has filled. "library": the seed library's training programs
+  # (spade/environments/seeds, by skill); a folder: its *.py programs, shown
+  # to every skill; "": none (the reference). Cut to memory.code_chars.
+  c.memory.seed_dir = ""
   c.memory.replay_fraction = 0.0
   c.memory.replay_temperature = 1.0
   c.memory.staleness_coef = 0.3
@@ -600,7 +617,8 @@ _CHOICES = {
         "learning_potential",
     ),  # fmt: skip
     "designer.code_extraction": ("reference", "longest_class"),
-    "designer.prompt_example": ("skeleton", "complete"),
+    "designer.prompt_overflow": ("refuse", "cut_left"),
+    "designer.prompt_example": ("skeleton", "skeleton_max_turns", "complete"),
     "agent.action": ("parse", "raw"),
     "agent.unfinished_reply": ("end", "step"),
     "agent.full_context": ("end", "drop_oldest"),
@@ -748,6 +766,8 @@ def tpu_pod_config(
 def _shrink_for_cpu(c: ConfigDict) -> None:
   """Tiny byte model and rollouts; keeps the family switches and mesh axes."""
   c.num_iterations = 1
+  # A byte model's context holds only the instructions' tail.
+  c.designer.prompt_overflow = "cut_left"
   m = c.model
   m.vocab_size = 256 + 3
   m.num_layers = 2

@@ -53,9 +53,29 @@ DESIGNER_SYSTEM = templates.MULTITURN_GAME_SYSTEM
 
 # designer.prompt_example: "skeleton" (the reference: the single-turn and
 # corpus-grounded prompts show an interface skeleton with `...` bodies, the
-# others the reference's own complete example) or "complete" (ours: every
-# family shows a complete example program).
-PROMPT_EXAMPLES = ("skeleton", "complete")
+# others the reference's own complete example), "skeleton_max_turns" (ours:
+# the same skeleton whose `__init__` sets `self.max_turns` and
+# `self.turn_count`, which its `step()` reads: the reference's skeleton
+# never sets them, so a literal copy fails on the first step) or
+# "complete" (ours: every family shows a complete example program).
+PROMPT_EXAMPLES = ("skeleton", "skeleton_max_turns", "complete")
+# The two skeletons' `__init__` as the reference writes them, and as
+# "skeleton_max_turns" writes them.
+_SKELETON_INIT = {
+    "single_turn_game": (
+        "    def __init__(self, max_turns=10, **kwargs):\n        ...\n",
+        "    def __init__(self, max_turns=10, **kwargs):\n"
+        "        self.max_turns = max_turns\n"
+        "        self.turn_count = 0\n"
+        "        ...\n",
+    ),
+    "corpus_game": (
+        "    def __init__(self, max_turns=12, **kwargs):\n",
+        "    def __init__(self, max_turns=12, **kwargs):\n"
+        "        self.max_turns = max_turns\n"
+        "        self.turn_count = 0\n",
+    ),
+}
 DEFAULT_PROMPT_EXAMPLE = "skeleton"
 _EXAMPLE_BLOCK = {
     "single_turn_game": templates.SINGLE_TURN_EXAMPLE_BLOCK,
@@ -186,6 +206,11 @@ def _family_prompt(
   """One family's user prompt, as the reference's generator renders it."""
   block = _EXAMPLE_BLOCK.get(family, "") if example == "complete" else ""
   text = _TEMPLATE[family].replace("__EXAMPLE_BLOCK__", block)
+  if example == "skeleton_max_turns" and family in _SKELETON_INIT:
+    reference_init, ours = _SKELETON_INIT[family]
+    if text.count(reference_init) != 1:
+      raise AssertionError(f"the {family} skeleton's __init__ moved")
+    text = text.replace(reference_init, ours)
   text = text.replace(
       "__EXAMPLE__", examples_lib.BY_FAMILY[family].rstrip("\n") + "\n"
   )
@@ -367,8 +392,10 @@ def designer_messages(
       "program"`); the reference writes hints in a separate pass instead.
     example: `designer.prompt_example`, one of `PROMPT_EXAMPLES`:
       "skeleton" (the reference) shows the single-turn and corpus-grounded
-      prompts' interface skeleton only; "complete" (ours) also shows a
-      complete example program in them. The multi-turn and tool-use prompts
+      prompts' interface skeleton only; "skeleton_max_turns" (ours) the
+      same skeleton with an `__init__` that sets `self.max_turns` and
+      `self.turn_count`; "complete" (ours) also shows a complete example
+      program in them. The multi-turn and tool-use prompts
       show the reference's complete example either way.
 
   Returns:

@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Any
+from typing import Any, Sequence
 
 # The reference writes each game file with this first line
 # (utils/game_files.save_game_file); the memory's snippet is cut from the
 # file's text, so a snippet starts with it.
 FILE_HEADER = '"""SPADE self-play generated game"""\n\n'
+# Seeded records (`seed`, ours: `memory.seed_dir`) that name no skill match
+# every skill's prompt; their win rate sits inside the positives' band.
+ANY_SKILL = "*"
+SEEDED_WIN_RATE = 0.5
 
 
 def game_name(rollout_id: int, index: int, skill: str) -> str:
@@ -111,12 +115,24 @@ class FifoMemory:
       self.records = self.records[-self.capacity :]
     return record
 
+  def seed(self, programs: Sequence[tuple[str, str, str]]) -> None:
+    """Adds valid programs as if played (ours, `memory.seed_dir`).
+
+    Each (name, skill, code) becomes a record of win rate `SEEDED_WIN_RATE`
+    and regret 0, cut to `code_chars` like any record, so the reference's
+    retrieval shows them from the first prompt, as its memory shows played
+    games once it has any. `skill` may be `ANY_SKILL`.
+    """
+    for name, skill, code in programs:
+      self.add(name, skill, code, win_rate=SEEDED_WIN_RATE, rollout_id=-1)
+
   def positives(self, skill: str | None, n: int = 2) -> list[Record]:
     """High-regret records of the skill in the difficulty band."""
     pool = [
         r
         for r in self.records
-        if (not skill or r.skill == skill) and 0.15 <= r.win_rate <= 0.85
+        if (not skill or r.skill in (skill, ANY_SKILL))
+        and 0.15 <= r.win_rate <= 0.85
     ]
     if not pool or n <= 0:
       return []

@@ -202,19 +202,35 @@ def gemma3_shapes(name: str) -> dict[str, Any]:
   return values
 
 
+# Qwen2.5 (Coder) by size: layers, embed, heads, kv heads, MLP, tied output.
+# Head width is embed / heads (64 and 128); RoPE base 1e6; 151,936 rows.
+_QWEN2 = {
+    "0.5b": (24, 896, 14, 2, 4864, True),
+    "1.5b": (28, 1536, 12, 2, 8960, False),
+}
+
+
 def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
-  """`config.model` values for Qwen2.5 (Coder) 0.5B, the one size used here."""
-  if name != "0.5b":
-    raise ValueError(f"unknown Qwen2.5 size {name!r}; only '0.5b' is defined")
+  """`config.model` values for Qwen2.5 (Coder) "0.5b" or "1.5b".
+
+  The 1.5B's output layer is its own (untied), as in its GGUF; the 0.5B
+  ties it in the Hugging Face config, but its Coder GGUF carries an
+  `output.weight` (the config sets `tie_embeddings=False` for it).
+  """
+  if name not in _QWEN2:
+    raise ValueError(
+        f"unknown Qwen2.5 size {name!r}; one of {sorted(_QWEN2)}"
+    )
+  layers, embed, heads, kv_heads, mlp, tied = _QWEN2[name]
   return dict(
       family="qwen2",
       vocab_size=151_936,
-      embed_dim=896,
-      num_layers=24,
-      num_heads=14,
-      num_kv_heads=2,
-      head_dim=64,
-      mlp_dim=4864,
+      embed_dim=embed,
+      num_layers=layers,
+      num_heads=heads,
+      num_kv_heads=kv_heads,
+      head_dim=embed // heads,
+      mlp_dim=mlp,
       sliding_window=0,
       global_every=1,
       rope_local_base=1_000_000.0,
@@ -224,7 +240,7 @@ def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
       qk_norm=False,
       qkv_bias=True,
       mlp_activation="silu",
-      tie_embeddings=True,
+      tie_embeddings=tied,
       scale_embeddings=False,
       norm_eps=1e-6,
   )

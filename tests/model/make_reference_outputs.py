@@ -8,7 +8,8 @@ the check is about the weights and the forward pass; the tokenizers are
 compared separately in `test_tokenizer.py`. Needs torch and transformers
 (`pip install torch==2.13.0 'transformers<5.13'`). Run:
 
-  python tests/model/make_reference_outputs.py
+  python tests/model/make_reference_outputs.py                  # all
+  python tests/model/make_reference_outputs.py qwen2_gguf_1p5b  # one
 """
 
 from __future__ import annotations
@@ -38,9 +39,14 @@ PROMPTS = {
         ("raw", "# Sort a list in place\ndef sort_list(xs):\n"),
     ],
 }
+PROMPTS["qwen2_gguf_1p5b"] = PROMPTS["qwen2_gguf"]
 FILES = {
     "gemma3_gguf": (gguf_files.gemma3_270m_path, "gemma_sp"),
     "qwen2_gguf": (gguf_files.qwen2p5_coder_0p5b_path, "qwen_bpe"),
+    "qwen2_gguf_1p5b": (
+        lambda: gguf_files.qwen2p5_coder_path("1.5b"),
+        "qwen_bpe",
+    ),
 }
 
 
@@ -58,11 +64,20 @@ def hf_greedy(model, ids: list[int], new_tokens: int) -> list[int]:
   return out[0, len(ids) :].tolist()
 
 
-def main() -> None:
-  """Writes the reference JSON for every checkpoint."""
+def main(argv: list[str]) -> None:
+  """Writes the reference JSON for the checkpoints named in `argv` (all
+  when none), keeping the file's other entries."""
   torch.set_num_threads(2)
+  unknown = set(argv) - set(FILES)
+  if unknown:
+    raise SystemExit(f"unknown checkpoints {sorted(unknown)}; {list(FILES)}")
   result = {"new_tokens": NEW_TOKENS, "models": {}}
+  if argv and os.path.exists(OUTPUT):
+    with open(OUTPUT) as f:
+      result = json.load(f)
   for kind, (find, tok_kind) in FILES.items():
+    if argv and kind not in argv:
+      continue
     path = find()
     tokenizer = tokenizer_lib.from_gguf(path, tok_kind)
     start = time.time()
@@ -95,4 +110,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv[1:])

