@@ -218,9 +218,7 @@ def qwen2_shapes(name: str = "0.5b") -> dict[str, Any]:
   `output.weight` (the config sets `tie_embeddings=False` for it).
   """
   if name not in _QWEN2:
-    raise ValueError(
-        f"unknown Qwen2.5 size {name!r}; one of {sorted(_QWEN2)}"
-    )
+    raise ValueError(f"unknown Qwen2.5 size {name!r}; one of {sorted(_QWEN2)}")
   layers, embed, heads, kv_heads, mlp, tied = _QWEN2[name]
   return dict(
       family="qwen2",

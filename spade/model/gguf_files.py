@@ -32,7 +32,6 @@ import gguf
 GGUF_MAGIC = b"GGUF"
 
 
-
 class ChunkedFile(NamedTuple):
   """A GGUF file shipped as raw byte chunks inside PyPI wheels (data only).
 

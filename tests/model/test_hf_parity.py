@@ -57,7 +57,7 @@ def _skip_unless_available(kind: str):
     if not os.path.exists(os.path.join(gguf_files.cache_dir(), name)):
       pytest.skip(
           f"{name} not assembled: python -c 'from spade.model import "
-          f"gguf_files as g; g.qwen2p5_coder_path(\"{size}\")'"
+          f'gguf_files as g; g.qwen2p5_coder_path("{size}")\''
       )
 
 
