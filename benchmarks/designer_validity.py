@@ -1,33 +1,41 @@
 r"""Share of valid environment programs a model writes from the designer prompts.
 
 Samples `--designs` programs from the designer head of `--config` (default
-Qwen2.5-Coder-0.5B-Instruct) with the default designer prompts, the way the
-loop builds them: one grounding document per prompt from `config.grounding`
+Qwen2.5-Coder-0.5B-Instruct) with the designer prompts the loop builds at a
+run's start: one grounding document per prompt from `config.grounding`
 (none when grounding is off), (family, skill, difficulty) from
-`spade.designer.prompts.pick_prompt`, no memory examples (an empty archive, as
-at a run's start). Each program is extracted (`extract.extract_code`) and
-validated in the sandbox pool of `config.sandbox` (gVisor by default). Prints
-one line per batch (tokens, tok/s), then each design's verdict, the counts
-by reason and the running total; the last line is:
+`spade.designer.prompts.pick_prompt`, and the memory examples the reference's
+retrieval shows from `memory.seed_dir` (none with an empty memory, as at a
+run's start without it). Sampling runs through the slot engine the loop uses
+(`config.sampling.*`; a finished design frees its slot for the next). Each
+program is extracted (`extract.extract_code`) and validated in the sandbox
+pool of `config.sandbox` (gVisor by default); a design still invalid is
+sampled again, with a fresh document when the loop would draw one, up to
+`designer.max_attempts` times (the loop's rule). Prints each design's
+verdict, the counts by reason, the sampling rate, seconds per design, and
+last:
 
   designs=N valid=V valid_frac=F near_copies=C distinct_valid=D
 
-A valid design may be the prompt's own example program, renamed: C counts the
-valid designs the archive's near-duplicate check (`spade.memory.dedup`, at
-`memory.duplicate_threshold`) finds equal to one of the designer prompts'
-example programs (`spade.designer.examples.BY_FAMILY`), and D the valid
-designs an empty archive would keep (neither such a copy nor a near-duplicate
-of a design kept before it). `--rescore DIR` prints these figures again for
+V counts designs valid within their attempts. C counts the valid designs
+that the archive's near-duplicate check (`spade.memory.dedup`, at
+`memory.duplicate_threshold`) finds equal to a program the model was shown
+or could have learned: the prompts' example programs
+(`spade.designer.examples`), the seed library, the bundled pools, the
+`memory.seed_dir` and `train.warm_start_dir` programs. D counts the valid
+designs an empty archive would keep: not such a copy, nor a near-duplicate
+of a design kept before it. `--rescore DIR` prints these figures again for
 the designs a run saved with `--save_dir=DIR`, without sampling.
 
-Sampling uses the loop's designer settings (`designer.temperature`,
-`designer.top_k`, `designer.top_p`) unless overridden. Prompts are left-padded
-to a multiple of 128 tokens (not a power of two: a 2,300-token prompt would
-otherwise be prefilled at 4,096) and `model.max_len` is raised to hold the
-longest prompt plus `--max_new_tokens`. Run (several minutes on 2 CPU cores):
+Every lever is a config key, set with `--set key=value` (repeatable), so
+the figures are those of a run with the same keys:
 
-  python benchmarks/designer_validity.py
-  python benchmarks/designer_validity.py --designs=4 --batch=4   # a probe
+  python benchmarks/designer_validity.py                         # default
+  python benchmarks/designer_validity.py --set designer.max_attempts=1
+  python benchmarks/designer_validity.py --set memory.seed_dir=library
+  python benchmarks/designer_validity.py \
+      --config=configs/qwen2p5_coder_1p5b.py:runlocal
+  python benchmarks/designer_validity.py --designs=4 --slots=4   # a probe
   python benchmarks/designer_validity.py --save_dir=/tmp/designs  # keep them
   python benchmarks/designer_validity.py --rescore=/tmp/designs
 """
@@ -35,6 +43,7 @@ longest prompt plus `--max_new_tokens`. Run (several minutes on 2 CPU cores):
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import importlib.util
 import json
@@ -47,51 +56,68 @@ import numpy as np
 
 from spade import config as config_lib
 from spade import console
-from spade import grounding
+from spade.agent import prompts as agent_prompts
 from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
+from spade.environments import library
 from spade.memory import dedup
 from spade.model import loading
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
-from spade.sampling import sampler as sampler_lib
+from spade.sampling import slots as slots_lib
 from spade.sandbox import pool as pool_lib
+from spade.selfplay import curriculum
+from spade.selfplay import design as design_lib
+from spade.selfplay import engine as engine_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PAD_TO = 128
 
 
 def _log(message: str) -> None:
   print(message, file=sys.stderr, flush=True)
 
 
-def _load_config(spec: str):
-  """Loads `path[:arg]` like absl's config flags (`get_config(arg)`)."""
+def _load_config(spec: str, overrides=()):
+  """Loads `path[:arg]` like absl's config flags (`get_config(arg)`), then
+  applies `key=value` overrides as `--config.key=value` would."""
   path, _, arg = spec.partition(":")
   if not os.path.isabs(path):
     path = os.path.join(_ROOT, path)
   module_spec = importlib.util.spec_from_file_location("_bench_config", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
+  config = module.get_config(arg or None)
+  for item in overrides:
+    key, sep, text = item.partition("=")
+    if not sep:
+      raise SystemExit(f"--set {item!r}: write key=value")
+    try:
+      value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      value = text  # a bare string
+    *parents, leaf = key.split(".")
+    node = config
+    for name in parents:
+      node = node[name]
+    if leaf not in node:
+      raise SystemExit(f"--set {item!r}: the config has no key {key!r}")
+    node[leaf] = value
+  return config
 
 
 def _parse(argv):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--config", default="configs/qwen2p5_coder_0p5b.py")
-  p.add_argument("--designs", type=int, default=32)
-  p.add_argument("--batch", type=int, default=8, help="designs per call")
-  p.add_argument("--max_new_tokens", type=int, default=1536)
+  p.add_argument("--config", default="configs/qwen2p5_coder_0p5b.py:runlocal")
   p.add_argument(
-      "--prefill_chunk", type=int, default=128,
-      help="prompt columns per prefill step (memory: batch 32 at 512 did not"
-      " fit 24 GB)",
+      "--set", action="append", default=[], metavar="KEY=VALUE",
+      help="a config override, as --config.KEY=VALUE (repeatable)",
   )  # fmt: skip
-  p.add_argument("--temperature", type=float, default=None)
-  p.add_argument("--top_p", type=float, default=None)
-  p.add_argument("--top_k", type=int, default=None)
-  p.add_argument("--family", default=None, help="designer.prompt_family")
+  p.add_argument("--designs", type=int, default=32)
+  p.add_argument(
+      "--slots", type=int, default=8,
+      help="decode slots (designs sampled at once); 0: sampling.slots",
+  )  # fmt: skip
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--iteration", type=int, default=0)
   p.add_argument("--save_dir", default="", help="write designs and verdicts")
@@ -102,40 +128,75 @@ def _parse(argv):
   return p.parse_args(argv)
 
 
-def designer_prompts_for(config, n: int, seed: int, iteration: int):
-  """The n designer prompts of one iteration: (messages, spec, document)."""
-  docs = [None] * n
-  if config.grounding.enabled:
-    docs = grounding.build_corpus(config.grounding).sample(n)
+class _Renderer:
+  """What `design.designer_prompt` needs of the loop's engine."""
+
+  def __init__(self, config, tokenizer):
+    self.config = config
+    self.tokenizer = tokenizer
+
+  def render(self, messages):
+    return self.tokenizer.encode(
+        self.tokenizer.chat_prompt(messages), add_bos=True
+    )
+
+  def prompt_budget(self, role):
+    c = self.config
+    return agent_prompts.prompt_budget(
+        c.designer.max_prompt_tokens, c.model.max_len, c.designer.max_new_tokens
+    )
+
+
+def designer_prompts_for(config, renderer, state, n: int, seed: int, it: int):
+  """The n designer prompts of iteration `it`, as the loop renders them:
+  [(ids, spec, document, examples)]."""
+  c = config
+  docs = state.documents(n) if state.corpus is not None else [None] * n
   out = []
   for i, doc in enumerate(docs):
     spec = designer_prompts.pick_prompt(
-        config.designer, iteration=iteration, index=i, seed=seed
+        c.designer, iteration=it, index=i, seed=seed
     )
-    messages = designer_prompts.designer_messages(
-        doc,
-        family=spec.family,
-        skill=spec.skill,
-        difficulty=spec.difficulty,
-        seed=spec.seed,
-        max_turns=config.agent.max_turns,
-        program_hint=config.designer.hint_source == "program",
-        example=config.designer.prompt_example,
-    )
-    out.append((messages, spec, doc))
+    shown = tuple(state.examples(doc, c.memory.num_examples, spec.skill))
+    ids = design_lib.designer_prompt(c, renderer, doc, shown, None, spec)
+    out.append((ids, spec, doc, shown))
   return out
 
 
-def novelty(valid_codes: list[str], threshold: float) -> tuple[int, int]:
+def shown_programs(config) -> list[str]:
+  """Every program the model was shown or could have learned before it
+  designs: the prompts' examples, the seed library, the bundled pools and
+  the `memory.seed_dir` and `train.warm_start_dir` programs."""
+  codes = list(examples.BY_FAMILY.values())
+  codes += [p.source for p in library.seed_programs()]
+  folders = [
+      os.path.join(os.path.dirname(library.__file__), "pools", name)
+      for name in ("easy", "trivial")
+  ]
+  if config.train.warm_start_dir:
+    folders.append(config.train.warm_start_dir)
+  if config.memory.seed_dir and config.memory.seed_dir != "library":
+    folders.append(config.memory.seed_dir)
+  for folder in folders:
+    for name in sorted(os.listdir(folder)):
+      if name.endswith(".py"):
+        with open(os.path.join(folder, name)) as f:
+          codes.append(f.read())
+  return codes
+
+
+def novelty(
+    valid_codes: list[str], shown: list[str], threshold: float
+) -> tuple[int, int]:
   """(near_copies, distinct_valid) of valid programs, in order (module doc)."""
-  shown = [dedup.minhash(code) for code in examples.BY_FAMILY.values()]
-  shown_prints = {dedup.ast_fingerprint(c) for c in examples.BY_FAMILY.values()}
+  signatures = np.stack([dedup.minhash(code) for code in shown])
+  shown_prints = {dedup.ast_fingerprint(c) for c in shown}
   copies, kept, kept_prints = 0, [], set()
   for code in valid_codes:
     signature, fingerprint = dedup.minhash(code), dedup.ast_fingerprint(code)
     if (
         fingerprint in shown_prints
-        or max(dedup.similarity(signature, np.stack(shown))) >= threshold
+        or max(dedup.similarity(signature, signatures)) >= threshold
     ):
       copies += 1
       continue
@@ -148,10 +209,10 @@ def novelty(valid_codes: list[str], threshold: float) -> tuple[int, int]:
   return copies, len(kept)
 
 
-def summary(codes: list[str], verdicts: list[dict], threshold: float) -> str:
+def summary(codes, verdicts, shown, threshold: float) -> str:
   """The last line: designs=N valid=V valid_frac=F near_copies=C ..."""
   valid = [c for c, v in zip(codes, verdicts) if v.get("valid")]
-  copies, distinct = novelty(valid, threshold)
+  copies, distinct = novelty(valid, shown, threshold)
   return (
       f"designs={len(codes)} valid={len(valid)}"
       f" valid_frac={len(valid) / max(len(codes), 1):.3f}"
@@ -159,7 +220,7 @@ def summary(codes: list[str], verdicts: list[dict], threshold: float) -> str:
   )
 
 
-def rescore(directory: str, threshold: float) -> None:
+def rescore(config, directory: str) -> None:
   """Prints the summary of the designs a `--save_dir` run wrote."""
   codes, verdicts = [], []
   for k in range(1000):
@@ -175,138 +236,145 @@ def rescore(directory: str, threshold: float) -> None:
         f"--rescore={directory}: no design_00.json there; pass the"
         " --save_dir of a designer_validity run"
     )
-  print(summary(codes, verdicts, threshold), flush=True)
+  threshold = config.memory.duplicate_threshold
+  print(summary(codes, verdicts, shown_programs(config), threshold))
 
 
 def main(argv=None) -> None:
   console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   args = _parse(argv)
-  config = _load_config(args.config)
+  config = _load_config(args.config, args.set)
   if args.rescore:
-    rescore(args.rescore, config.memory.duplicate_threshold)
+    rescore(config, args.rescore)
     return
-  if args.family:
-    config.designer.prompt_family = args.family
   config_lib.validate(config)
-  temperature = (
-      config.designer.temperature
-      if args.temperature is None
-      else args.temperature
-  )
-  top_k = config.designer.top_k if args.top_k is None else args.top_k
-  top_p = config.designer.top_p if args.top_p is None else args.top_p
-
+  c = config
+  threshold = c.memory.duplicate_threshold
   start = time.perf_counter()
-  tokenizer = tokenizer_lib.build_tokenizer(config)
-  items = designer_prompts_for(config, args.designs, args.seed, args.iteration)
-  ids = [
-      tokenizer.encode(tokenizer.chat_prompt(m), add_bos=True)
-      for m, _, _ in items
-  ]
-  longest = max(len(p) for p in ids)
-  length = -(-longest // _PAD_TO) * _PAD_TO
-  config.model.max_len = max(config.model.max_len, length + args.max_new_tokens)
+  tokenizer = tokenizer_lib.build_tokenizer(c)
+  renderer = _Renderer(c, tokenizer)
+  design_lib.check_prompt_budget(c, renderer)
+  state = curriculum.LoopState(c)  # the corpus cursor and seeded memory
+  items = designer_prompts_for(
+      c, renderer, state, args.designs, args.seed, args.iteration
+  )
   families = collections.Counter(
-      designer_prompts.effective_family(s.family, d) for _, s, d in items
+      designer_prompts.effective_family(spec.family, doc)
+      for _, spec, doc, _ in items
   )
+  lengths = [len(ids) for ids, _, _, _ in items]
+  shown_counts = collections.Counter(len(e) for _, _, _, e in items)
   _log(
-      f"{len(items)} prompts ({dict(families)}), {min(map(len, ids))}-"
-      f"{longest} tokens (padded to {length}); max_new_tokens="
-      f"{args.max_new_tokens}, temperature={temperature}, top_k={top_k},"
-      f" top_p={top_p}; model.max_len={config.model.max_len}"
+      f"{len(items)} prompts ({dict(families)}), {min(lengths)}-"
+      f"{max(lengths)} tokens, memory examples per prompt"
+      f" {dict(shown_counts)}; max_new_tokens={c.designer.max_new_tokens},"
+      f" temperature={c.designer.temperature}, top_k={c.designer.top_k},"
+      f" top_p={c.designer.top_p}, attempts={c.designer.max_attempts},"
+      f" prompt_example={c.designer.prompt_example},"
+      f" seed_dir={c.memory.seed_dir!r}"
   )
-  params = loading.initial_params(config, jax.random.PRNGKey(config.seed))
-  sampler = sampler_lib.Sampler(
-      *transformer.sampling_fns(config.model, transformer.Role.DESIGNER),
-      pad_id=tokenizer.pad_id,
-      stop_ids=tuple(tokenizer.stop_ids),
-      prefill_chunk=args.prefill_chunk,
+  params = loading.initial_params(c, jax.random.PRNGKey(c.seed))
+  num_slots = args.slots or c.sampling.slots
+  engine = slots_lib.Engine(
+      *transformer.sampling_fns(c.model, transformer.Role.DESIGNER),
+      pad_id=int(tokenizer.pad_id),
+      stop_ids=tuple(int(i) for i in tokenizer.stop_ids),
+      slots=num_slots,
+      cache_length=c.model.max_len,
+      prefill_chunk=c.sampling.prefill_chunk,
+      prefill_rows=min(c.sampling.prefill_rows, num_slots),
+      decode_steps=c.sampling.decode_steps,
+      min_rows=c.sampling.min_rows,
+      temperature=c.designer.temperature,
+      top_k=c.designer.top_k,
+      top_p=c.designer.top_p,
   )
   _log(f"model ready in {time.perf_counter() - start:.0f}s")
 
-  texts, new_tokens, finished, codes, verdicts = [], [], [], [], []
+  n = len(items)
+  codes, verdicts = [None] * n, [None] * n
+  texts, tokens, attempts = [None] * n, [0] * n, [0] * n
   reasons = collections.Counter()
-  total_tokens, total_s = 0, 0.0
-  batches = range(0, len(ids), args.batch)
+  total_tokens, total_s, samples = 0, 0.0, 0
   if args.save_dir:
     os.makedirs(args.save_dir, exist_ok=True)
-  with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
-    for b, lo in enumerate(batches):
-      rows = ids[lo : lo + args.batch]
-      n = len(rows)
-      # Filler rows keep one compiled batch shape for a short last batch.
-      rows = rows + [rows[-1]] * (args.batch - n)
-      prompts, lengths = sampler_lib.left_pad(rows, length, tokenizer.pad_id)
+  todo = list(range(n))
+  prompts = [ids for ids, _, _, _ in items]
+  with pool_lib.SandboxPool.from_config(c.sandbox) as pool:
+    for attempt in range(max(1, c.designer.max_attempts)):
+      if not todo:
+        break
+      if attempt and c.designer.fresh_document_per_attempt and state.corpus:
+        for k, doc in zip(todo, state.documents(len(todo))):
+          _, spec, _, shown = items[k]
+          prompts[k] = design_lib.designer_prompt(
+              c, renderer, doc, shown, None, spec
+          )
+          items[k] = (prompts[k], spec, doc, shown)
+      server = engine_lib.TextServer(
+          engine.start(params), tokenizer, c.designer.max_new_tokens
+      )
+      for k in todo:
+        server.submit(k, prompts[k], args.seed * 1000 + attempt, 0)
       t = time.perf_counter()
-      out = sampler(
-          params,
-          prompts,
-          lengths,
-          max_new_tokens=args.max_new_tokens,
-          rng=jax.random.PRNGKey(args.seed * 1000 + b),
-          temperature=temperature,
-          top_k=top_k,
-          top_p=top_p,
+      ticker = console.Ticker(
+          f"attempt {attempt + 1}: {len(todo)} designs",
+          total=len(todo) * c.designer.max_new_tokens,
       )
+      outs = {}
+      while server.busy:
+        for key, ids, _, text in server.step():
+          outs[key] = (ids, text)
+        ticker.update(server.tokens_generated, rows=len(todo))
+      ticker.close(server.tokens_generated, f", {len(todo)} designs")
       seconds = time.perf_counter() - t
-      total_tokens += int(np.sum(out.lengths))
       total_s += seconds
-      _log(
-          f"batch {b + 1}/{len(batches)}: {int(np.sum(out.lengths[:n]))}"
-          f" tokens for {n} designs in {seconds:.0f}s"
-          f" ({int(np.sum(out.lengths)) / seconds:.1f} tok/s incl. prefill of"
-          f" {len(rows)}x{length}); done {lo + n}/{len(ids)}"
-      )
-      batch_texts = [
-          tokenizer.decode(out.tokens[i, : out.lengths[i]].tolist())
-          for i in range(n)
+      total_tokens += server.tokens_generated
+      samples += len(todo)
+      batch = [
+          extract.extract_code(outs[k][1], rule=c.designer.code_extraction)
+          for k in todo
       ]
-      batch_codes = [extract.extract_code(t) for t in batch_texts]
-      # Validated batch by batch, so a run stopped early still has figures.
-      batch_verdicts = pool.validate(batch_codes)
-      for i, verdict in enumerate(batch_verdicts):
-        k = lo + i
-        _, spec, doc = items[k]
-        texts.append(batch_texts[i])
-        codes.append(batch_codes[i])
-        verdicts.append(verdict)
-        new_tokens.append(int(out.lengths[i]))
-        finished.append(bool(out.finished[i]))
-        reason = verdict.get("reason", "?")
-        reasons[reason] += 1
-        cut = "" if finished[k] else " CUT-OFF"
-        message = " ".join(str(verdict.get("message", "")).split())[:160]
-        print(
-            f"design {k:2d}"
-            f" {designer_prompts.effective_family(spec.family, doc)}"
-            f"/{spec.skill}/{spec.difficulty}"
-            f" doc={getattr(doc, 'title', None)!r}"
-            f" tokens={new_tokens[k]}{cut}:"
-            f" {'VALID' if verdict.get('valid') else 'invalid'} [{reason}]"
-            f" {message}",
-            flush=True,
-        )
-        if args.save_dir:
-          stem = os.path.join(args.save_dir, f"design_{k:02d}")
-          with open(stem + ".txt", "w") as f:
-            f.write(batch_texts[i])
-          with open(stem + ".py", "w") as f:
-            f.write(batch_codes[i])
-          with open(stem + ".json", "w") as f:
-            json.dump(verdict, f, indent=1, default=str)
-      print(
-          f"sampling: {total_tokens} tokens in {total_s:.0f}s"
-          f" ({total_tokens / max(total_s, 1e-9):.1f} tok/s incl. prefill and"
-          f" filler rows); cut off at max_new_tokens:"
-          f" {sum(not f for f in finished)}/{len(finished)}"
+      results = pool.validate(batch)
+      for k, code, verdict in zip(todo, batch, results):
+        codes[k], verdicts[k], texts[k] = code, verdict, outs[k][1]
+        tokens[k], attempts[k] = len(outs[k][0]), attempt + 1
+      _log(
+          f"attempt {attempt + 1}: {server.tokens_generated} tokens in"
+          f" {seconds:.0f}s ({server.tokens_generated / seconds:.1f} tok/s),"
+          f" {sum(bool(v.get('valid')) for v in results)}/{len(todo)} valid"
       )
+      todo = [k for k in todo if not verdicts[k].get("valid")]
+    for k in range(n):
+      _, spec, doc, shown = items[k]
+      verdict = verdicts[k]
+      reason = verdict.get("reason", "?")
+      reasons[reason] += 1
+      cut = "" if tokens[k] < c.designer.max_new_tokens else " CUT-OFF"
+      message = " ".join(str(verdict.get("message", "")).split())[:160]
       print(
-          "reasons: " + ", ".join(f"{r}={c}" for r, c in reasons.most_common())
+          f"design {k:2d}"
+          f" {designer_prompts.effective_family(spec.family, doc)}"
+          f"/{spec.skill}/{spec.difficulty} examples={len(shown)}"
+          f" attempts={attempts[k]} tokens={tokens[k]}{cut}:"
+          f" {'VALID' if verdict.get('valid') else 'invalid'} [{reason}]"
+          f" {message}"
       )
-      print(
-          summary(codes, verdicts, config.memory.duplicate_threshold),
-          flush=True,
-      )
+      if args.save_dir:
+        stem = os.path.join(args.save_dir, f"design_{k:02d}")
+        with open(stem + ".txt", "w") as f:
+          f.write(texts[k])
+        with open(stem + ".py", "w") as f:
+          f.write(codes[k])
+        with open(stem + ".json", "w") as f:
+          json.dump(verdict, f, indent=1, default=str)
+  print(
+      f"sampling: {samples} samples for {n} designs, {total_tokens} tokens"
+      f" in {total_s:.0f}s ({total_tokens / max(total_s, 1e-9):.1f} tok/s,"
+      f" {total_s / n:.1f} s per design, {num_slots} slots)"
+  )
+  print("reasons: " + ", ".join(f"{r}={k}" for r, k in reasons.most_common()))
+  print(summary(codes, verdicts, shown_programs(c), threshold), flush=True)
 
 
 if __name__ == "__main__":

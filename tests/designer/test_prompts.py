@@ -1,5 +1,6 @@
 """Designer prompt families, their example programs, repairs and hints."""
 
+import difflib
 import importlib.util
 import os
 import re
@@ -13,6 +14,8 @@ from spade.designer import extract
 from spade.designer import prompts
 from spade.designer import skills
 from spade.environments import library
+from spade.model import tokenizer as tokenizer_lib
+from spade.selfplay import curriculum
 
 
 class _Doc:
@@ -82,6 +85,24 @@ def test_corpus_prompt_is_the_reference_skeleton_by_default():
   single = prompts.designer_messages(None, family="single_turn_game")
   assert "REFERENCE EXAMPLE" not in single[1]["content"]
   assert examples.SINGLE_TURN_GAME.strip() not in single[1]["content"]
+
+
+def test_skeleton_max_turns_sets_what_step_reads():
+  """Ours: the reference's skeletons never set self.max_turns, which their
+  step() reads; "skeleton_max_turns" differs from them only there."""
+  for doc, family in ((_Doc(), None), (None, "single_turn_game")):
+    kw = dict(family=family) if family else {}
+    ref = prompts.designer_messages(doc, **kw)[1]["content"]
+    ours = prompts.designer_messages(doc, example="skeleton_max_turns", **kw)
+    ours = ours[1]["content"]
+    assert "self.max_turns = max_turns" not in ref
+    assert "self.max_turns" in ref  # step() reads it
+    diff = difflib.ndiff(ref.splitlines(), ours.splitlines())
+    changed = [l for l in diff if l[:2] in ("+ ", "- ")]
+    assert [(l[0], l[2:].strip()) for l in changed] == [
+        ("+", "self.max_turns = max_turns"),
+        ("+", "self.turn_count = 0"),
+    ]
 
 
 def test_complete_example_option_shows_a_whole_program():
@@ -324,22 +345,101 @@ def _validity_benchmark():
   return bench
 
 
+_FRESH = (
+    """
+import random
+
+
+class ParityWalkEnv:
+    \"\"\"Walk a counter to an even target by steps of 3 or 5.\"\"\"
+
+    def __init__(self, max_turns=8, **kwargs):
+        self.max_turns = max_turns
+        self.reset()
+
+    def reset(self, seed=None):
+        self.rng = random.Random(seed)
+        self.pos, self.goal, self.turns = 0, 2 * self.rng.randint(4, 9), 0
+        return f"At {self.pos}; reach {self.goal} with +3 or +5.", {}
+
+    def step(self, action):
+        self.turns += 1
+        self.pos += 5 if "5" in action else 3
+        won = self.pos == self.goal
+        done = won or self.pos > self.goal or self.turns >= self.max_turns
+        return f"At {self.pos}.", float(won), done, False, {}
+""",
+    """
+class LetterTallyEnv:
+    \"\"\"Count the vowels of a word list, one word a turn.\"\"\"
+
+    WORDS = ("banana", "kiwi", "quince", "apricot", "plum")
+
+    def __init__(self, max_turns=6, **kwargs):
+        self.limit = max_turns
+        self.reset()
+
+    def reset(self, seed=None):
+        self.index, self.total = 0, 0
+        return "Say how many vowels: " + self.WORDS[0], {}
+
+    def step(self, action):
+        word = self.WORDS[self.index]
+        right = action.strip() == str(sum(ch in "aeiou" for ch in word))
+        self.index += 1
+        over = self.index >= len(self.WORDS) or self.index >= self.limit
+        if over:
+            return "Done.", float(right), True, False, {}
+        return "Next: " + self.WORDS[self.index], 0.0, False, False, {}
+""",
+)
+
+
 def test_validity_benchmark_builds_the_loop_prompts():
   bench = _validity_benchmark()
   config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
-  items = bench.designer_prompts_for(config, 3, seed=0, iteration=0)
+  renderer = bench._Renderer(config, tokenizer_lib.ByteTokenizer())  # pylint: disable=protected-access
+  state = curriculum.LoopState(config)
+  items = bench.designer_prompts_for(config, renderer, state, 3, 0, 0)
   assert len(items) == 3
-  for messages, spec_, doc in items:
-    assert doc is not None and doc.text.split()[0] in messages[1]["content"]
+  for ids, spec_, doc, shown in items:
+    assert doc is not None and shown == ()
     assert prompts.effective_family(spec_.family, doc) == "corpus_game"
-  config.grounding.enabled = False
-  items = bench.designer_prompts_for(config, 2, seed=0, iteration=0)
-  assert [d for _, _, d in items] == [None, None]
-  assert "REFERENCE EXAMPLE — Trading Game" in items[0][0][1]["content"]
+    assert len(ids) <= renderer.prompt_budget("designer")
+  # memory.seed_dir: the reference's retrieval shows two seed programs of
+  # the prompt's skill, as the loop's prompts do.
+  config = bench._load_config(  # pylint: disable=protected-access
+      "configs/tiny.py",
+      ["memory.seed_dir=library", "grounding.enabled=False"],
+  )
+  config.model.max_len = config.designer.max_prompt_tokens = 1 << 16
+  renderer = bench._Renderer(config, tokenizer_lib.ByteTokenizer())  # pylint: disable=protected-access
+  state = curriculum.LoopState(config)
+  items = bench.designer_prompts_for(config, renderer, state, 2, 0, 0)
+  assert [d for _, _, d, _ in items] == [None, None]
+  for ids, spec_, _, shown in items:
+    assert len(shown) == 2
+    assert all(e.skill == spec_.skill for e in shown)
+    text = bytes(i for i in ids if i < 256).decode("utf-8", "replace")
+    assert "<REFERENCE_ENVIRONMENTS>" in text
+    assert shown[0].code[-300:] in text
 
 
-def test_validity_benchmark_counts_copies_of_the_prompt_examples():
+def test_validity_benchmark_overrides_refuse_unknown_keys():
   bench = _validity_benchmark()
+  config = bench._load_config(  # pylint: disable=protected-access
+      "configs/tiny.py", ["designer.max_attempts=3", "memory.seed_dir=x"]
+  )
+  assert config.designer.max_attempts == 3
+  assert config.memory.seed_dir == "x"
+  with pytest.raises(SystemExit, match="no key"):
+    bench._load_config("configs/tiny.py", ["designer.nope=1"])  # pylint: disable=protected-access
+
+
+def test_validity_benchmark_counts_copies_of_what_the_model_saw():
+  bench = _validity_benchmark()
+  config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
+  shown = bench.shown_programs(config)
   # The 0.5B model's edit of the corpus example: two names imported more,
   # an attribute dropped, a class renamed.
   copy = (
@@ -349,9 +449,12 @@ def test_validity_benchmark_counts_copies_of_the_prompt_examples():
       .replace("        self.turn_count = 0\n", "")
       .replace("VaultBinarySearchEnv", "DescriptiveInteractiveEnv")
   )
-  seeds = [s.source for s in library.seed_programs()[:2]]
-  assert bench.novelty([copy, seeds[0], seeds[0], seeds[1]], 0.85) == (1, 2)
+  # A seed-library program is one the model is shown (memory.seed_dir) or
+  # warm-started on: a renamed copy is a near-copy, not a distinct design.
+  seed = library.seed_programs()[0].source.replace("Env", "GameEnv")
+  designs = [copy, seed, _FRESH[0], _FRESH[0], _FRESH[1]]
+  assert bench.novelty(designs, shown, 0.85) == (2, 2)
   verdicts = [{"valid": True}, {"valid": False}, {"valid": True}]
-  assert bench.summary([copy, "x", seeds[0]], verdicts, 0.85) == (
+  assert bench.summary([copy, "x", _FRESH[0]], verdicts, shown, 0.85) == (
       "designs=3 valid=2 valid_frac=0.667 near_copies=1 distinct_valid=1"
   )

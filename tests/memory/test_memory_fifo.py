@@ -82,3 +82,19 @@ def test_state_round_trips_through_json():
   assert [r.name for r in again.positives("Optimization", 2)] == [
       r.name for r in m.positives("Optimization", 2)
   ]
+
+
+def test_seeded_programs_are_positives_of_their_skill_or_of_any():
+  m = fifo.FifoMemory(seed=0, code_chars=40)
+  m.seed(
+      [
+          ("maze", "Spatial Reasoning", "class MazeEnv: pass\n" * 5),
+          ("any", fifo.ANY_SKILL, "class AnyEnv: pass\n"),
+      ]
+  )
+  assert [r.rollout_id for r in m.records] == [-1, -1]
+  assert all(len(r.code) <= 40 for r in m.records)
+  shown = {r.name for r in m.positives("Spatial Reasoning", n=2)}
+  assert shown == {"maze", "any"}
+  assert {r.name for r in m.positives("Optimization", n=2)} == {"any"}
+  assert m.negatives("Spatial Reasoning") == []  # inside the band
