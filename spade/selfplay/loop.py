@@ -96,8 +96,10 @@ class Trainer:
         p for p in library.seed_programs() if not getattr(p, "heldout", False)
     ]
     self._pool_programs = None
-    # This iteration's designs, for the run's summary (`report`).
+    # This iteration's designs and what each earned, for the run's summary
+    # (`report`).
     self.designed: list[records.Design] = []
+    self.earned: dict[int, dict[str, float | None]] = {}
 
   # -- phases ---------------------------------------------------------------
 
@@ -199,6 +201,7 @@ class Trainer:
         it, designed.designs, envs, scores, window_scores, episodes
     )
     self.designed = designed.designs
+    self.earned = _earned(designed.designs, envs, scores, window_scores)
     timings = designed.timings + records.Timings(
         stats.sampling_s, stats.sandbox_s, update_s
     )
@@ -375,7 +378,7 @@ class Trainer:
     if jax.process_index() != 0:
       return
     rows = report.design_rows(
-        self.designed, self.config.memory.duplicate_threshold
+        self.designed, self.config.memory.duplicate_threshold, self.earned
     )
     for line in report.iteration_lines(it + 1, rows, m):
       console.say(line)
@@ -387,6 +390,22 @@ class Trainer:
         title=f"SPADE run {self.workdir}",
     )
     report.write_html(self.workdir)
+
+
+def _earned(designs, envs, scores, window_scores):
+  """Design index -> its environment's mean returns without and with the
+  hint this iteration, its regret and its designer reward so far."""
+  out = {}
+  for e, env in enumerate(envs):
+    if env.design_index is None or env.design_index >= len(designs):
+      continue
+    out[env.design_index] = {
+        "return_nohint": _arm_mean(scores, e, 0),
+        "return_hint": _arm_mean(scores, e, 1),
+        "regret": float(window_scores.regret[e]),
+        "reward": float(window_scores.design_reward[env.design_index]),
+    }
+  return out
 
 
 def _transcript(

@@ -68,9 +68,14 @@ def near_copy_of(code: str, threshold: float) -> str | None:
 
 
 def design_rows(
-    designs: Sequence[records.Design], threshold: float
+    designs: Sequence[records.Design],
+    threshold: float,
+    earned: Mapping[int, Mapping[str, float | None]] | None = None,
 ) -> list[dict[str, Any]]:
-  """One row per design: index, class name, verdict, near-copy."""
+  """One row per design: index, class name, verdict, near-copy and, for a
+  design that was played, what it earned (`earned[index]`: its returns
+  without and with the hint, regret, designer reward)."""
+  earned = earned or {}
   rows = []
   for d in designs:
     name = str(d.verdict.details.get("class_name") or "") or "-"
@@ -86,6 +91,7 @@ def design_rows(
             verdict=verdict,
             copy=near_copy_of(d.code, threshold) if d.code else None,
             attempts=d.attempt + 1,
+            earned=earned.get(d.index),
         )
     )
   return rows
@@ -108,8 +114,21 @@ def iteration_lines(
   ]
   for r in rows:
     copy = f", near-copy of the {r['copy']} example" if r["copy"] else ""
-    out.append(f"  design {r['index']}: {r['name']}: {r['verdict']}{copy}")
+    out.append(
+        f"  design {r['index']}: {r['name']}: {r['verdict']}{copy}"
+        + _earned_text(r.get("earned"))
+    )
   return out
+
+
+def _earned_text(e: Mapping[str, float | None] | None) -> str:
+  if not e:
+    return ""
+  return (
+      f"; played: return {_f(e['return_nohint'])} without hint,"
+      f" {_f(e['return_hint'])} with, regret {e['regret']:.3f}, designer"
+      f" reward {e['reward']:.3f}"
+  )
 
 
 def iteration_markdown(
@@ -129,13 +148,24 @@ def iteration_markdown(
       f" {int(m['train/rows_total'])} | {m['time/iteration_s']:.0f} |"
   )
   if rows:
-    lines += ["", "| design | class | verdict | near-copy of | attempts |"]
-    lines.append("|---|---|---|---|---|")
+    lines += [
+        "",
+        "| design | class | verdict | near-copy of | attempts | return"
+        " without hint | with hint | regret | designer reward |",
+    ]
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
       verdict = str(r["verdict"]).replace("|", "\\|")
+      e = r.get("earned") or {}
+      played = (
+          f"{_f(e['return_nohint'])} | {_f(e['return_hint'])} |"
+          f" {e['regret']:.3f} | {e['reward']:.3f}"
+          if e
+          else "- | - | - | -"
+      )
       lines.append(
           f"| {r['index']} | `{r['name']}` | {verdict} |"
-          f" {r['copy'] or '-'} | {r['attempts']} |"
+          f" {r['copy'] or '-'} | {r['attempts']} | {played} |"
       )
   if folder:
     lines += ["", f"Programs, verdicts and transcripts: `{folder}`"]

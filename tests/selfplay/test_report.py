@@ -37,8 +37,24 @@ def test_design_rows_name_the_class_the_failure_and_a_near_copy():
               "    return 'hi', {}\n", records.Verdict(
                   True, "ok", details={"class_name": "TinyEnv"})),
   ]  # fmt: skip
-  rows = report.design_rows(designs, threshold=0.85)
+  earned = {
+      2: dict(return_nohint=0.25, return_hint=0.75, regret=0.5, reward=0.4)
+  }
+  rows = report.design_rows(designs, threshold=0.85, earned=earned)
   assert [r["name"] for r in rows] == ["TradingEnv", "-", "TinyEnv"]
+  assert [r["earned"] for r in rows] == [None, None, earned[2]]
+  line = report.iteration_lines(1, rows, _metrics(1, 0.5))[3]
+  assert line == (
+      "  design 2: TinyEnv: valid; played: return 0.25 without hint, 0.75"
+      " with, regret 0.500, designer reward 0.400"
+  )
+  table = report.iteration_markdown(1, rows, _metrics(1, 0.5), None)
+  assert "| 2 | `TinyEnv` | valid | - | 1 | 0.25 | 0.75 | 0.500 | 0.400 |" in (
+      table
+  )
+  assert "| 1 | `-` | syntax: SyntaxError" in table and "| - | - | - | - |" in (
+      table
+  )
   assert rows[0]["verdict"] == "valid"
   assert rows[0]["copy"] == "multi_turn_game"
   assert rows[1]["verdict"] == "syntax: SyntaxError (line 1): invalid syntax"
