@@ -1,30 +1,33 @@
-"""The curriculum micro-world (docs/curriculum.md): one config per arm.
+"""The curriculum skill ladder (docs/curriculum.md): one config per arm.
 
-The tiny byte-level model, warm-started to write the family's programs at
-every level (spade/environments/microworld.py; `train.warm_start_dir`),
-then trained through the real loop. Arms (experiments/curriculum.py runs
-them all, at equal agent episodes):
+The tiny byte-level model, warm-started to write the ladder's programs at
+every level (spade/environments/ladder.py; `train.warm_start_dir`), then
+trained through the real loop. Arms (experiments/curriculum.py runs them
+all, at equal unhinted agent episodes and update rows):
 
   spade     the reference's designer reward (the blend) and loop
+  regret    SPADE with pure hint regret as the designer reward
   frozen    the same warm-started designer, untrained
             (`optim.designer_loss_weight=0`: the paper's ablation)
-  uniform   a fixed pool uniform over the levels
-  adaptive  RLVE's sliding-window controller over the family's levels
+  uniform   a fixed pool uniform over the 16 levels
+  adaptive  RLVE's sliding-window controller over the ladder's levels
             (`train.mode="adaptive"`)
-  hardest   a fixed pool of the top level only
-  regret    SPADE with pure hint regret as the designer reward
+  scripted  a fixed pool of the one level above the agent's measured
+            frontier, chosen every iteration by the experiment's trainer
+            (the pool here is the uniform one it chooses from)
   smoke     `spade` at one short iteration (tests build and step it)
 
   python -m spade.main --config=configs/curriculum.py:spade --workdir=/tmp/c
 
 runs one arm with an untrained agent; the experiment also warm-starts the
-agent to a known frontier (experiments/curriculum.py, AGENT_REPLIES).
+agent to frontier 0 (experiments/curriculum.py).
 """
 
 from spade import config as config_lib
-from spade.environments import microworld
+from spade.environments import ladder
 
-ARMS = ("spade", "frozen", "uniform", "adaptive", "hardest", "regret")
+ARMS = ("spade", "regret", "frozen", "uniform", "adaptive", "scripted")
+DESIGNER_ARMS = ("spade", "regret", "frozen")
 
 
 def get_config(arg=None):
@@ -36,27 +39,30 @@ def get_config(arg=None):
         f" {ARMS + ('smoke',)}"
     )
   c = config_lib.base_config()
-  c.num_iterations = 8  # experiments/curriculum.py --iterations
+  c.num_iterations = 16  # experiments/curriculum.py --iterations
   c.mesh.data = 1
-  # The prompt's tail (64) and a program (316-318 bytes and EOS): the
+  # The prompt's tail (64) and a program (at most 233 bytes and EOS): the
   # update's rows pad to 384, not 512.
   c.model.max_len = 384
   c.sampling.prefill_chunk = 128  # divides the cache length
   c.train.mode = "spade"
   c.train.checkpoint_every = 1000  # the final one only
   c.train.save_episodes = False
-  # The designer learns the family's programs (every level, two tags per
-  # variant) before self-play; the agent learns nothing from them.
-  c.train.warm_start_dir = microworld.TRAIN_DIR
-  c.train.warm_start_steps = 240
+  # The designer learns the ladder's programs (each level once) before
+  # self-play, so it writes every level about equally often.
+  c.train.warm_start_dir = ladder.TRAIN_DIR
+  c.train.warm_start_steps = 600
   c.train.warm_start_batch = 8
   # Designs that fail validation are topped up from the uniform pool, so
   # every arm plays designer.num_envs environments an iteration.
-  c.train.pool_dir = microworld.TRAIN_DIR
-  # Both heads share the trunk: at 1e-3 the agent's and the designer's
-  # updates garbled the designer's memorised programs within 4 iterations
-  # (8 of 8 syntax errors from the 6th).
-  c.optim.learning_rate = 5e-4
+  c.train.pool_dir = ladder.TRAIN_DIR
+  # Both heads share the trunk: the agent's updates garble the designer's
+  # memorised programs (pilots, docs/curriculum.md: every design invalid
+  # within 2-7 iterations at 2e-3 to 3e-3); at 1e-3 they stayed valid. Three
+  # passes over each iteration's rows (clipped, as the reference's PPO
+  # ratio) let the agent climb a rung in 3-4 iterations instead of ~10.
+  c.optim.learning_rate = 1e-3
+  c.optim.epochs = 3
 
   # One prompt for every design: no document, one skill, a prompt budget
   # shorter than the instructions (their identical tail is kept).
@@ -66,11 +72,13 @@ def get_config(arg=None):
   c.designer.skills_per_regen = 1
   c.designer.hint_source = "program"  # hinted plays call the program's hint()
   c.designer.max_prompt_tokens = 64
-  c.designer.max_new_tokens = 320
-  # One unlikely byte in 320 breaks a program: sample nearer the mode.
+  c.designer.prompt_overflow = "cut_left"  # the tail only, on purpose
+  c.designer.max_new_tokens = 256
+  # One unlikely byte in 233 breaks a program: sample nearer the mode.
   c.designer.temperature = 0.7
   # Ours, not the reference's top-k 20 / top-p 0.95: the tiny byte model
-  # samples its whole distribution, and the agent at temperature 1.0.
+  # samples its whole distribution, and the agent at temperature 1.0 (the
+  # experiment's exact win probabilities are those of this distribution).
   c.designer.top_k, c.designer.top_p = 0, 1.0
   c.agent.temperature, c.agent.top_k, c.agent.top_p = 1.0, 0, 1.0
   c.designer.num_envs = 8
@@ -78,18 +86,15 @@ def get_config(arg=None):
   c.designer.max_attempts = 2
   # The designer's rewards each iteration: one iteration a window.
   c.designer.regeneration_interval = 1
-  # Programs of a level differ in their tag only: only exact copies are
-  # duplicates.
+  # Programs of a level are one text: only exact copies are duplicates, and
+  # they are played (designer.duplicates="play").
   c.memory.duplicate_threshold = 1.0
 
   c.agent.max_turns = 1
-  # A reply cut at max_new_tokens is stepped as it is: a random byte model
-  # rarely ends a reply within 8 tokens, and the reference's rule (no step)
-  # would leave it almost no reward to learn from.
+  # A reply cut at max_new_tokens is stepped as it is.
   c.agent.unfinished_reply = "step"
-  c.agent.max_new_tokens = 8
-  # Room for a designed program's own hint() text (up to a program's length).
-  c.agent.max_context = 376
+  c.agent.max_new_tokens = len(ladder.SECRET) + 1  # 16 letters and EOS
+  c.agent.max_context = 256
   c.agent.episodes_per_env = 8
   c.agent.hint_episodes_per_env = 8
   c.sandbox.num_sandboxes = 1
@@ -98,23 +103,21 @@ def get_config(arg=None):
 
   if arm == "frozen":
     c.optim.designer_loss_weight = 0.0
-  elif arm in ("uniform", "hardest"):
+  elif arm in ("uniform", "scripted"):
+    # Pools play no hinted episodes (hinted plays are designer compute).
     c.train.mode = "fixed_pool"
     c.train.warm_start_steps = 0  # no designer to warm-start
-    c.train.pool_dir = (
-        microworld.TRAIN_DIR if arm == "uniform" else microworld.HARDEST_DIR
-    )
+    c.agent.play_hinted = False
   elif arm == "adaptive":
     # RLVE's sliding window over the levels (spade.environments.difficulty,
     # the RLVE baseline's controller): promote at 0.9 accuracy at the top
     # level, window of 4; 32 plays a decision instead of the reference's
-    # 128, which at 64 plays an iteration over 3 variants would promote
-    # once in 6 iterations.
+    # 128, which at 64 plays an iteration would promote once in 2.
     c.train.mode = "adaptive"
-    c.train.family = microworld.FAMILY
+    c.train.family = ladder.FAMILY
     c.train.warm_start_steps = 0
-    c.difficulty.min_level = microworld.LEVELS[0]
-    c.difficulty.max_level = microworld.LEVELS[-1]
+    c.difficulty.min_level = ladder.LEVELS[0]
+    c.difficulty.max_level = ladder.LEVELS[-1]
     c.difficulty.tau_num = 32
   elif arm == "regret":
     c.regret.estimator = "hint"

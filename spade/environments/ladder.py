@@ -53,17 +53,14 @@ S = "{secret}"
 class LadderEnv:
  def reset(s, seed=None):
   s.n = L
-  return f"Say the first {{L}} letters of the code.", {{}}
+  return f"Say {{L}} letters.", {{}}
 
  def hint(s):
   s.n = L - 1
   return ""
 
  def step(s, a):
-  return "Done.", float(a[:s.n] == S[:s.n]), True, False, {{}}
-
- def solution(s):
-  return [S[:L]]
+  return "", float(a[:s.n] == S[:s.n]), True, False, {{}}
 """
 
 _LEVEL_LINE = re.compile(r"^L = (\d+)\s*$", re.MULTILINE)
@@ -79,7 +76,7 @@ def program(level: int, secret: str = SECRET) -> str:
 
 def observation(level: int) -> str:
   """What the program at `level` says at reset (the agent's prompt)."""
-  return f"Say the first {level} letters of the code."
+  return f"Say {level} letters."
 
 
 def level_of(source: str) -> int | None:

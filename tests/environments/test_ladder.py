@@ -111,3 +111,22 @@ def test_every_level_validates_in_the_sandbox():
       v["reason"] for v in verdicts if not v["valid"]
   ]
   assert all(v["properties"]["has_hint"] for v in verdicts)
+
+
+def test_every_curriculum_arm_validates():
+  from configs import curriculum  # pylint: disable=g-import-not-at-top
+  from spade import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  longest = max(len(ladder.program(level)) for level in ladder.LEVELS)
+  for arm in curriculum.ARMS + ("smoke",):
+    c = curriculum.get_config(arm)
+    config_lib.validate(c)
+    # The update's rows and the slot engine's cache hold a whole program,
+    # and a reply holds the whole secret.
+    assert c.designer.max_prompt_tokens + longest + 1 <= c.model.max_len
+    assert longest + 1 <= c.designer.max_new_tokens or arm == "smoke"
+    assert c.agent.max_new_tokens > len(ladder.SECRET)
+  assert curriculum.get_config("uniform").agent.play_hinted is False
+  assert curriculum.get_config("scripted").agent.play_hinted is False
+  with pytest.raises(ValueError):
+    curriculum.get_config("nope")
