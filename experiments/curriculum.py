@@ -324,11 +324,14 @@ def agent_rows(
     replies: int = RANDOM_REPLIES,
     known: int = 0,
     full: bool = True,
+    stuck: bool = False,
 ):
   """Supervised agent rows: `replies` random strings of 16 letters at every
   level (drawn from `seed`, never favouring the secret); with `known`, each
   starts with the secret's first `known` letters instead (an agent at
-  frontier `known`, tests/learning/test_curriculum.py).
+  frontier `known`, tests/learning/test_curriculum.py), and with `stuck`
+  the letter after them is always the same wrong one (it never wins level
+  `known` + 1 without the hint).
 
   Every reply is long enough for the top level: a reply that stops after
   L letters has its end-of-reply token reinforced by every win at level L,
@@ -344,6 +347,10 @@ def agent_rows(
       length = len(ladder.SECRET) if full else max(level, known)
       tail = rng.choice(list(ladder.ALPHABET), length - known)
       reply = ladder.SECRET[:known] + "".join(tail)
+      if stuck:
+        right = ladder.SECRET[known]
+        wrong = next(c for c in ladder.ALPHABET if c != right)
+        reply = reply[:known] + wrong + reply[known + 1 :]
       rows.append(
           batching.Row(prompt, engine.tokenizer.encode(reply) + eos, [], 1.0)
       )
@@ -351,7 +358,13 @@ def agent_rows(
 
 
 def warm_params(
-    seed: int, steps: int, workdir: str, lr: float, known=0, full=True
+    seed: int,
+    steps: int,
+    workdir: str,
+    lr: float,
+    known=0,
+    full=True,
+    stuck=False,
 ):
   """The warm start, once per seed; every arm of the seed starts from its
   parameters (on the host). The designer learns the ladder's programs
@@ -365,7 +378,7 @@ def warm_params(
     t = loop.Trainer(c, workdir)
     e = t.engine
     designer = engine_lib._folder_rows(e, c.train.warm_start_dir)  # pylint: disable=protected-access
-    agent = agent_rows(e, c, seed, known=known, full=full)
+    agent = agent_rows(e, c, seed, known=known, full=full, stuck=stuck)
     e._warm_start_rows(designer, agent, steps)  # pylint: disable=protected-access
   note("  warm start: %d steps in %.0f s", steps, time.time() - start)
   params = jax.device_get(e.state.params)
