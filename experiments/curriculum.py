@@ -7,12 +7,12 @@ r"""SPADE's curriculum against the paper's baselines on the skill ladder.
 The family is spade/environments/ladder.py (docs/curriculum.md): level L (1
 to 16, the program's `L = ...` line) pays 1 when the reply starts with the
 first L letters of a fixed secret over 4 letters; the hint lowers that by
-one letter. For each seed the tiny byte-level model is warm-started once:
-the designer to write the ladder's programs (each level equally often),
-the agent to answer level L with L random letters (frontier 0). Every arm
-of the seed starts from those weights and runs `spade.selfplay.loop.
-Trainer` with its `configs/curriculum.py` variant (the gVisor sandbox, the
-scorer, the update, memory):
+one letter. The tiny byte-level model is warm-started once: the designer
+to write the ladder's programs (each level once), the agent to answer every
+level with 16 random letters (frontier 0). Every arm of every seed starts
+from those weights (differences are paired by seed) and runs
+`spade.selfplay.loop.Trainer` with its `configs/curriculum.py` variant (the
+gVisor sandbox, the scorer, the update, memory):
 
   spade, regret, frozen, uniform, adaptive, scripted    (configs/curriculum.py)
 
@@ -366,8 +366,8 @@ def warm_params(
     full=True,
     stuck=False,
 ):
-  """The warm start, once per seed; every arm of the seed starts from its
-  parameters (on the host). The designer learns the ladder's programs
+  """The warm start; every arm of every seed starts from its parameters
+  (on the host). The designer learns the ladder's programs
   (`train.warm_start_dir`, each level once), the agent random replies of
   each level's length (`agent_rows`)."""
   c = curriculum_config.get_config("spade")
