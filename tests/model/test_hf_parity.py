@@ -29,8 +29,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 CONFIG_FILES = {
     "gemma3_gguf": "gemma3_270m.py",
     "qwen2_gguf": "qwen2p5_coder_0p5b.py",
-    "qwen2_gguf_1p5b": "qwen2p5_coder_1p5b.py",
 }
+# Checked by hand, not in the suite: its float32 load (~7 GiB beside its
+# ~14 GiB first conversion) next to the suite's other workers risks the
+# 24 GiB machine's memory. `SPADE_PARITY_1P5B=1` adds it (docs/results.md).
+if os.environ.get("SPADE_PARITY_1P5B"):
+  CONFIG_FILES["qwen2_gguf_1p5b"] = "qwen2p5_coder_1p5b.py"
 
 
 def _reference():
@@ -63,7 +67,7 @@ def _skip_unless_available(kind: str):
 
 def test_reference_file_is_complete():
   ref = _reference()
-  assert set(ref["models"]) == set(CONFIG_FILES)
+  assert set(ref["models"]) == {"gemma3_gguf", "qwen2_gguf", "qwen2_gguf_1p5b"}
   for model in ref["models"].values():
     assert len(model["cases"]) == 2
     for case in model["cases"]:
