@@ -160,7 +160,7 @@ class Engine:
         rules=self.rules,
         prefill_chunk=config.sampling.prefill_chunk,
     )
-    self._slot_engines: dict[tuple[str, float], slots.Engine] = {}
+    self._slot_engines: dict[tuple[Any, ...], slots.Engine] = {}
 
   # -- text -------------------------------------------------------------------
 
