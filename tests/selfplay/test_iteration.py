@@ -61,9 +61,18 @@ class FakeEngine:
     return 0, 0, 0
 
   def sample(
-      self, prompts, *, role, max_new_tokens, temperature, seed, progress=None
+      self,
+      prompts,
+      *,
+      role,
+      max_new_tokens,
+      temperature,
+      seed,
+      top_k=0,
+      top_p=1.0,
+      progress=None,
   ):
-    del progress
+    del progress, top_k, top_p
     del max_new_tokens, temperature
     self.sampled.append((role, len(prompts)))
     # Each design phase samples programs, then writes their hints.
@@ -427,7 +436,16 @@ def test_the_solvability_audit_refuses_what_the_designer_judges_unwinnable():
   class Auditor(FakeEngine):
 
     def sample(
-        self, prompts, *, role, max_new_tokens, temperature, seed, progress=None
+        self,
+        prompts,
+        *,
+        role,
+        max_new_tokens,
+        temperature,
+        seed,
+        top_k=0,
+        top_p=1.0,
+        progress=None,
     ):
       self.sampled.append((role, len(prompts)))
       return [([1], [-0.1], "No tool sets it. \\boxed{no}") for _ in prompts]
