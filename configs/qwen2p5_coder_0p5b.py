@@ -123,6 +123,7 @@ def get_config(arg=None):
     # docs/results.md, "The real model's agent curve"). Every game every
     # iteration, 4 episodes per arm, the reference's actor prompt.
     c.num_iterations = 12
+    c.model.max_len = 2048  # no designer prompt to hold, as measured
     c.train.mode = "fixed_pool"
     c.train.pool_dir = EASY_POOL
     c.designer.num_envs = 3
