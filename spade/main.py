@@ -100,7 +100,10 @@ def main(argv: list[str]) -> None:
   from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
 
   console.say("workdir %s", _WORKDIR.value)
-  loop.train_and_evaluate(config, _WORKDIR.value)
+  try:
+    loop.train_and_evaluate(config, _WORKDIR.value)
+  except config_lib.ConfigError as e:  # found once the model is known
+    _fail(str(e))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from spade import config as config_lib
 from spade import console
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
@@ -107,7 +108,8 @@ def check_prompt_budget(config: ml_collections.ConfigDict, engine) -> None:
 
   Renders every configured skill's and difficulty's designer prompt with an
   empty grounding document and no memory examples (what `designer_prompt`
-  keeps last) and raises a `ValueError` naming the keys when the longest is
+  keeps last) and raises a `ConfigError` (one line from `spade.main`)
+  naming the keys when the longest is
   over `engine.prompt_budget("designer")`: a model shown a prompt cut from
   the left sees text that starts mid-sentence, without its task. Longer
   documents and examples are shortened to fit at run time, never cut.
@@ -140,7 +142,7 @@ def check_prompt_budget(config: ml_collections.ConfigDict, engine) -> None:
       if len(ids) > longest:
         longest, where = len(ids), (skill, difficulty)
   if longest > budget:
-    raise ValueError(
+    raise config_lib.ConfigError(
         f"the designer's instructions take {longest} tokens ({where[0]},"
         f" {where[1]}), over the designer's prompt budget of {budget}"
         f" (designer.max_prompt_tokens={c.designer.max_prompt_tokens},"

@@ -3,6 +3,7 @@
 import pytest
 
 from configs import tiny
+from spade import config as config_lib
 from spade.agent import prompts as agent_prompts
 from spade.environments import library
 from spade.memory import fifo
@@ -73,7 +74,9 @@ def test_a_budget_that_would_cut_the_instructions_is_refused():
   c.designer.prompt_overflow = "refuse"
   # The byte model's instructions take thousands of bytes; tiny's budget
   # is 512.
-  with pytest.raises(ValueError, match="designer.max_prompt_tokens=512"):
+  with pytest.raises(
+      config_lib.ConfigError, match="designer.max_prompt_tokens=512"
+  ):
     design.check_prompt_budget(c, _Renderer(c))
   c.designer.prompt_overflow = "cut_left"
   design.check_prompt_budget(c, _Renderer(c))  # tiny's choice
