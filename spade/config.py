@@ -441,6 +441,9 @@ def base_config() -> ConfigDict:
   c.optim.num_minibatches = 1
   c.optim.grad_clip = 1.0  # global-norm clipping; 0 turns it off
   c.optim.weight_decay = 0.0
+  # Which parameters decay: "megatron" (the reference's trainer: matrices
+  # only, no bias or norm scale) or "all" (optax's default, ours before).
+  c.optim.weight_decay_mask = "megatron"
   c.optim.b1 = 0.9
   c.optim.b2 = 0.999
   c.optim.eps = 1e-8
@@ -631,6 +634,7 @@ _CHOICES = {
     "train.pool_draw": ("with_replacement", "without_replacement"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
     "sampling.engine": ("slots", "lockstep"),
+    "optim.weight_decay_mask": ("megatron", "all"),
 }
 
 # Keys that must be strictly positive.

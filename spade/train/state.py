@@ -65,8 +65,10 @@ def make_optimizer(
 ) -> optax.GradientTransformation:
   """AdamW after global-norm clipping, from `config.optim`.
 
-  Keys read: learning_rate, b1, b2, eps, weight_decay, grad_clip (<= 0: no
-  clipping).
+  Keys read: learning_rate, b1, b2, eps, weight_decay, weight_decay_mask,
+  grad_clip (<= 0: no clipping). `weight_decay_mask="megatron"` (the
+  reference's trainer) decays only matrices: no bias, no norm scale, no
+  one-dimensional parameter (`decays`); "all" decays every parameter.
   """
   c = optim_config
   if c.learning_rate <= 0:
@@ -79,10 +81,36 @@ def make_optimizer(
       b2=c.b2,
       eps=c.eps,
       weight_decay=c.weight_decay,
+      mask=_decay_mask(c.get("weight_decay_mask", "megatron")),
   )
   if c.grad_clip > 0:
     return optax.chain(optax.clip_by_global_norm(c.grad_clip), adam)
   return adam
+
+
+WEIGHT_DECAY_MASKS = ("megatron", "all")
+
+
+def decays(path: tuple, leaf: Any) -> bool:
+  """Megatron-LM's rule (`get_param_groups`, which slime's trainer uses): a
+  parameter named `.bias` or of one dimension takes no weight decay. Here a
+  norm's multiplier is `scale` and biases may be (heads, head_dim), and a
+  scanned stack adds a dimension, so the rule goes by name as well."""
+  name = None
+  if path:
+    name = getattr(path[-1], "key", getattr(path[-1], "name", None))
+  return not (name in ("bias", "scale") or jnp.ndim(leaf) <= 1)
+
+
+def _decay_mask(kind: str):
+  if kind == "all":
+    return None
+  if kind != "megatron":
+    raise ValueError(
+        f"config.optim.weight_decay_mask={kind!r}: use one of "
+        f"{WEIGHT_DECAY_MASKS}"
+    )
+  return lambda params: jax.tree_util.tree_map_with_path(decays, params)
 
 
 def keeps_reference(config: ml_collections.ConfigDict) -> bool:
