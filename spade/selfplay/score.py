@@ -209,7 +209,9 @@ def window_rewards(
   `regret.window_reward` (`spade.regret.delayed`: the blend with
   `regret.timing`, regret_based, micro_lp, solve_rate, learning_potential),
   each design's reward its environment's, centred per skill over the
-  designs that are trained (valid, and raw >= 0), times the weight
+  designs that are trained (valid, and raw >= 0; with
+  `designer.invalid_designs="penalize"` the invalid ones too, at
+  `regret.invalid_penalty`), times the weight
   min(actor rows / design rows x interval, `regret.max_env_reward_scale`).
   Other estimators keep the scorer's rewards, with the same weight.
   `lp_state` (skill -> [mu_fast, mu_slow, seen]) is learning_potential's
@@ -291,6 +293,11 @@ def window_rewards(
     raw[i] = raw_env[e]
   has_env = np.array([i in env_of for i in range(n)], bool)
   keep = valid & has_env & (raw >= 0)
+  if c.designer.invalid_designs == "penalize":
+    # Ours: an invalid design stays in its skill's group at
+    # regret.invalid_penalty, so its rows are pushed down and its valid
+    # neighbours up (the reference's "drop" leaves it out).
+    keep = keep | ~valid
   skill_ids = np.array([skills.index(d.skill) for d in designs], np.int32)
   adv = delayed.centre_per_skill(raw, skill_ids, keep, scale)
   return (

@@ -103,6 +103,25 @@ def test_blend_on_a_four_step_window_with_matched_timing_and_the_weight():
   )
 
 
+def test_penalize_keeps_an_invalid_design_in_its_skills_group():
+  c = config_lib.base_config()
+  c.designer.regeneration_interval = 1
+  designs = [_design(0, "a"), _design(1, "a"), _design(2, "a", valid=False)]
+  steps = [[[1.0, 0.0]], [[0.0, 0.0]]]
+  w = _window(designs, steps, hinted=[[1.0, 1.0], [1.0, 0.0]])
+  dropped, _ = score_lib.window_rewards(c, w, _scores(3), actor_rows=4)
+  assert dropped.designer_advantages[2] == 0.0
+  c.designer.invalid_designs = "penalize"
+  kept, _ = score_lib.window_rewards(c, w, _scores(3), actor_rows=4)
+  raw = kept.design_reward
+  assert raw[2] == c.regret.invalid_penalty
+  scale = min(4 / 2 * 1, c.regret.max_env_reward_scale)
+  np.testing.assert_allclose(
+      kept.designer_advantages, (raw - raw.mean()) * scale, 1e-5
+  )
+  assert kept.designer_advantages[2] < 0 < kept.designer_advantages[0]
+
+
 def test_regret_based_penalises_a_timed_out_environment():
   c = config_lib.base_config()
   c.regret.window_reward = "regret_based"
