@@ -217,6 +217,10 @@ def base_config() -> ConfigDict:
   # The reference's hint pass writes up to 4096 tokens (the games recipe's
   # --spade-hint-max-tokens); small configs lower it.
   c.designer.hint_max_new_tokens = 4096
+  # How a written hint is read: "reference" keeps the whole reply (JSON
+  # unwrapped, `hint_generator._parse_hint`); "first_paragraph" (ours) keeps
+  # its first paragraph, at most 600 characters.
+  c.designer.hint_parse = "reference"
   # "writer": hints written in a separate pass from the code under rules
   # against leaking the answer (the reference); "program": the program's own
   # hint(), which the designer prompt then asks for (ours).
@@ -612,6 +616,7 @@ _CHOICES = {
         "tool_use_multi_turn",
     ),
     "designer.hint_source": ("writer", "program"),
+    "designer.hint_parse": ("reference", "first_paragraph"),
     "designer.duplicates": ("play", "refuse"),
     "regret.agent_advantage": ("center", "normalize"),
     "regret.timing": ("matched", "window"),

@@ -102,22 +102,32 @@ def repair_fstring_braces(code: str, max_iter: int = 20) -> str:
   return code
 
 
-def clean_hint(sample: str, limit: int = 600) -> str:
-  """Normalises a model-written hint.
+HINT_PARSES = ("reference", "first_paragraph")
 
-  The reference's parse (`hint_generator._parse_hint`): a hint wrapped in a
-  ```json block as {"hint": ...} despite the instructions is unwrapped; then,
-  ours, a leading "Hint:" label and fences are dropped and only the first
-  paragraph is kept, bounded in length (the prompt asks for 1-3 sentences;
-  a longer reply is usually the hint followed by commentary).
+
+def clean_hint(
+    sample: str, rule: str = "reference", limit: int = 600
+) -> str:
+  """A model-written hint as the agent will read it.
+
+  Both rules first do the reference's parse (`hint_generator._parse_hint`):
+  the reply stripped, and a hint wrapped in a ```json block as
+  {"hint": ...} despite the instructions unwrapped. "reference" keeps that
+  whole text. "first_paragraph" (ours) also drops fences and a leading
+  "Hint:" label and keeps only the first paragraph, cut to `limit`
+  characters (the prompt asks for 1-3 sentences; a longer reply is usually
+  the hint followed by commentary).
 
   Args:
     sample: the decoded hint completion.
-    limit: the longest hint kept, in characters.
+    rule: one of `HINT_PARSES` (`config.designer.hint_parse`).
+    limit: the longest hint "first_paragraph" keeps, in characters.
 
   Returns:
     The hint text (possibly empty).
   """
+  if rule not in HINT_PARSES:
+    raise ValueError(f"hint parse {rule!r} is not one of {HINT_PARSES}")
   text = sample.strip()
   match = _JSON_FENCE.search(text)
   if match:
@@ -126,7 +136,11 @@ def clean_hint(sample: str, limit: int = 600) -> str:
     except json.JSONDecodeError:
       data = None
     if isinstance(data, dict) and isinstance(data.get("hint"), str):
+      if rule == "reference":
+        return data["hint"]
       text = data["hint"].strip()
+  if rule == "reference":
+    return text
   text = text.strip("`").strip()
   text = _HINT_LABEL.sub("", text).strip()
   text = text.split("\n\n")[0].strip()

@@ -201,7 +201,9 @@ def write_hints(
   timings = records.Timings(sampling=time.perf_counter() - t)
   out = list(verdicts)
   for i, (_, _, text) in zip(need, outs):
-    out[i] = out[i].with_hint(extract.clean_hint(text))
+    out[i] = out[i].with_hint(
+        extract.clean_hint(text, c.designer.hint_parse)
+    )
   return out, timings
 
 

@@ -73,15 +73,27 @@ def test_unknown_rule_names_the_key():
 
 
 def test_clean_hint_keeps_first_paragraph():
-  assert extract.clean_hint("  Count the 3s.\n\nExtra words") == "Count the 3s."
-  assert len(extract.clean_hint("x" * 5000)) == 600
+  rule = "first_paragraph"
+  sample = "  Count the 3s.\n\nExtra words"
+  assert extract.clean_hint(sample, rule) == "Count the 3s."
+  assert len(extract.clean_hint("x" * 5000, rule)) == 600
+
+
+def test_clean_hint_reference_keeps_the_whole_reply():
+  # hint_generator._parse_hint: stripped, JSON unwrapped, nothing cut.
+  sample = "  **Hint:** Count the 3s.\n\nThen add them.  "
+  assert extract.clean_hint(sample) == "**Hint:** Count the 3s.\n\nThen add them."
+  assert len(extract.clean_hint("x" * 5000)) == 5000
+  wrapped = '```json\n{"hint": " Halve it. "}\n```'
+  assert extract.clean_hint(wrapped) == " Halve it. "
 
 
 def test_clean_hint_unwraps_json_and_label():
+  rule = "first_paragraph"
   sample = '```json\n{"hint": "Halve the interval each turn."}\n```'
-  assert extract.clean_hint(sample) == "Halve the interval each turn."
-  assert extract.clean_hint("**Hint:** Count the 3s.") == "Count the 3s."
-  assert extract.clean_hint("Hints are rare.") == "Hints are rare."
+  assert extract.clean_hint(sample, rule) == "Halve the interval each turn."
+  assert extract.clean_hint("**Hint:** Count the 3s.", rule) == "Count the 3s."
+  assert extract.clean_hint("Hints are rare.", rule) == "Hints are rare."
 
 
 def test_designer_messages_carry_document_examples_and_contract():
