@@ -105,9 +105,7 @@ def repair_fstring_braces(code: str, max_iter: int = 20) -> str:
 HINT_PARSES = ("reference", "first_paragraph")
 
 
-def clean_hint(
-    sample: str, rule: str = "reference", limit: int = 600
-) -> str:
+def clean_hint(sample: str, rule: str = "reference", limit: int = 600) -> str:
   """A model-written hint as the agent will read it.
 
   Both rules first do the reference's parse (`hint_generator._parse_hint`):

@@ -1,7 +1,8 @@
 """Checks environment programs in the sandbox and prints one verdict each.
 
   python -m spade.environments.check [--json] [--backend gvisor|bwrap|none]
-      [--call-timeout S] [--require PROPERTY]... FILE...
+      [--budgets reference|strict] [--call-timeout S] [--timeout S]
+      [--max-context TOKENS] [--require PROPERTY]... FILE...
 
 Every file is validated (`validator.validate_program`) inside the sandbox
 pool; a broken or hostile file yields its own verdict and never stops the
@@ -12,6 +13,13 @@ necessary, as `environments.require` does in a config. With --json, each
 line is one JSON object with at least file, valid, reason, message and
 properties. The exit status is 0 when every file is valid, 1 when any is
 not, 2 when the sandbox cannot start.
+
+The budgets are the loop's (`spade.environments.budget`, the config's
+`sandbox.budgets`): by default the reference's, 30 s of CPU a call and 60 s
+for the validator, so a program the loop would play is valid here too;
+`--budgets strict` is ours (0.5 s a call). --call-timeout and --timeout
+replace one budget when > 0, as `sandbox.call_timeout_s` and
+`sandbox.validate_timeout_s` do.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import json
 import sys
 
+from spade.environments import budget
 from spade.environments import contract
 
 
@@ -38,18 +47,33 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
   )
   p.add_argument("--num-sandboxes", type=int, default=2)
   p.add_argument(
+      "--budgets",
+      default=budget.DEFAULT,
+      choices=tuple(budget.BUDGETS),
+      help="the loop's named limits (sandbox.budgets)",
+  )
+  p.add_argument(
       "--timeout",
       type=float,
-      default=30.0,
-      help="hard deadline of one validation, seconds",
+      default=0.0,
+      help="hard deadline of one validation, seconds (0: the budgets')",
+  )
+  p.add_argument(
+      "--max-context",
+      type=int,
+      default=0,
+      help=(
+          "the agent's context in tokens, which caps a call's output under"
+          " the reference budgets (0: the reference's 32,768)"
+      ),
   )
   p.add_argument("--seed", type=int, default=0, help="episode seed checked")
   p.add_argument("--smoke-steps", type=int, default=contract.SMOKE_STEPS)
   p.add_argument(
       "--call-timeout",
       type=float,
-      default=contract.CALL_TIMEOUT_S,
-      help="budget of one reset/step/tool call, CPU seconds",
+      default=0.0,
+      help="budget of one reset/step/tool call, CPU seconds (0: the budgets')",
   )
   p.add_argument(
       "--require",
@@ -84,10 +108,16 @@ def check_files(
     *,
     seed: int = 0,
     smoke_steps: int = contract.SMOKE_STEPS,
-    call_timeout_s: float = contract.CALL_TIMEOUT_S,
+    limits: budget.Budgets | None = None,
+    budgets: str = budget.DEFAULT,
     require: tuple[str, ...] = (),
 ) -> list[dict]:
-  """Validates files in `pool`; returns one verdict (with "file") each."""
+  """Validates files in `pool`; returns one verdict (with "file") each.
+
+  `limits` (default: `budgets`' own) give the per-call budget and the output
+  cap, as `validator.options_from_config` gives them to the loop.
+  """
+  limits = limits or budget.resolve(budgets)
   verdicts: list[dict | None] = []
   sources, where = [], []
   for i, path in enumerate(paths):
@@ -101,7 +131,9 @@ def check_files(
         sources,
         seed=seed,
         smoke_steps=smoke_steps,
-        call_timeout_s=call_timeout_s,
+        budgets=budgets,
+        call_timeout_s=limits.call_timeout_s,
+        max_output_chars=limits.max_output_chars,
         require=tuple(require),
         filename="<env>",
     )
@@ -131,11 +163,19 @@ def main(argv: list[str] | None = None) -> int:
   from spade.sandbox import SandboxError  # pylint: disable=g-import-not-at-top
   from spade.sandbox import SandboxPool  # pylint: disable=g-import-not-at-top
 
+  limits = budget.resolve(
+      args.budgets,
+      call_timeout_s=args.call_timeout,
+      validate_timeout_s=args.timeout,
+      max_context_tokens=args.max_context or None,
+  )
   try:
     pool = SandboxPool(
         args.backend,
         num_sandboxes=max(1, min(args.num_sandboxes, len(args.files))),
-        validate_timeout_s=args.timeout,
+        step_timeout_s=limits.load_timeout_s,
+        call_timeout_s=limits.call_timeout_s,
+        validate_timeout_s=limits.validate_timeout_s,
         warm_spare=False,
     )
   except SandboxError as e:
@@ -149,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         pool,
         seed=args.seed,
         smoke_steps=args.smoke_steps,
-        call_timeout_s=args.call_timeout,
+        limits=limits,
+        budgets=args.budgets,
         require=tuple(args.require),
     )
   for v in verdicts:

@@ -201,9 +201,7 @@ def write_hints(
   timings = records.Timings(sampling=time.perf_counter() - t)
   out = list(verdicts)
   for i, (_, _, text) in zip(need, outs):
-    out[i] = out[i].with_hint(
-        extract.clean_hint(text, c.designer.hint_parse)
-    )
+    out[i] = out[i].with_hint(extract.clean_hint(text, c.designer.hint_parse))
   return out, timings
 
 

@@ -82,7 +82,9 @@ def test_clean_hint_keeps_first_paragraph():
 def test_clean_hint_reference_keeps_the_whole_reply():
   # hint_generator._parse_hint: stripped, JSON unwrapped, nothing cut.
   sample = "  **Hint:** Count the 3s.\n\nThen add them.  "
-  assert extract.clean_hint(sample) == "**Hint:** Count the 3s.\n\nThen add them."
+  assert (
+      extract.clean_hint(sample) == "**Hint:** Count the 3s.\n\nThen add them."
+  )
   assert len(extract.clean_hint("x" * 5000)) == 5000
   wrapped = '```json\n{"hint": " Halve it. "}\n```'
   assert extract.clean_hint(wrapped) == " Halve it. "

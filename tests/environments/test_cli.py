@@ -141,6 +141,41 @@ def test_check_require_refuses_what_lacks_a_property():
   assert lines[0]["reason"] == "requires_deterministic"
 
 
+# Its first reset() takes ~1-2 s of CPU: inside the loop's (the reference's)
+# 30 s budget of a call, over the strict 0.5 s.
+SLOW_FIRST_RESET = """
+FIRST = [True]
+
+
+class SlowStartEnv:
+  def __init__(self):
+    self.max_turns = 3
+    self.turn_count = 0
+
+  def reset(self, seed=None):
+    if FIRST[0]:
+      FIRST[0] = False
+      sum(i * i for i in range(15_000_000))
+    self.turn_count = 0
+    return "Say anything.", {}
+
+  def step(self, action):
+    self.turn_count += 1
+    return "Done.", 1.0, True, False, {}
+"""
+
+
+def test_check_budgets_are_the_loops(tmp_path):
+  path = tmp_path / "slow_start.py"
+  path.write_text(SLOW_FIRST_RESET)
+  proc, lines = _check_json([str(path)], "--backend", "none")
+  assert proc.returncode == 0 and lines[0]["valid"], proc.stdout + proc.stderr
+  proc, lines = _check_json(
+      [str(path)], "--backend", "none", "--budgets", "strict"
+  )
+  assert proc.returncode == 1 and lines[0]["reason"] == "call_timeout", lines
+
+
 def test_check_usage_error():
   proc = _run(["spade.environments.check"])
   assert proc.returncode == 2 and "FILE" in proc.stderr

@@ -15,7 +15,10 @@ def _params():
       "embedder": {"input_embedding": jnp.ones((8, 4))},
       "layers": {
           "attn": {
-              "q_proj": {"kernel": jnp.ones((4, 2, 2)), "bias": jnp.ones((2, 2))},
+              "q_proj": {
+                  "kernel": jnp.ones((4, 2, 2)),
+                  "bias": jnp.ones((2, 2)),
+              },
           },
           # A scanned stack: the norm's scale gains a layer axis.
           "pre_attention_norm": {"scale": jnp.ones((3, 4))},
