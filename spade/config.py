@@ -255,6 +255,10 @@ def base_config() -> ConfigDict:
   # document (the reference's corpus_orchestrator draws one per attempt);
   # False keeps the first attempt's prompt (ours).
   c.designer.fresh_document_per_attempt = True
+  # ... and the memory's examples retrieved again (the reference's
+  # orchestrator augments every attempt's prompt anew); False keeps the first
+  # attempt's (ours).
+  c.designer.fresh_examples_per_attempt = True
   # Designs still invalid after their attempts: "drop" (the reference: no
   # trajectory, out of the skill's centring) or "penalize" (ours: a row
   # with regret.invalid_penalty in its group, so the designer is pushed

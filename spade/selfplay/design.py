@@ -310,18 +310,29 @@ def _prompts(config, engine, state, it) -> list[_Row]:
   return rows
 
 
-def _fresh_documents(config, engine, state, rows, todo) -> None:
-  """Rows `todo` (sampled again) get a new grounding document each, as the
-  reference's corpus orchestrator draws one for every attempt
-  (`designer.fresh_document_per_attempt`; no-op without grounding)."""
-  if not config.designer.fresh_document_per_attempt or state.corpus is None:
+def _fresh_prompts(config, engine, state, rows, todo) -> None:
+  """Rows `todo` (sampled again) get their prompt drawn again, as the
+  reference's corpus orchestrator builds it for every attempt: a new
+  grounding document (`designer.fresh_document_per_attempt`; none without
+  grounding) and the memory's examples retrieved again
+  (`designer.fresh_examples_per_attempt`, `_augment_prompt_with_memory`)."""
+  c = config
+  new_doc = c.designer.fresh_document_per_attempt and state.corpus is not None
+  new_examples = c.designer.fresh_examples_per_attempt
+  if not (new_doc or new_examples):
     return
-  for i, doc in zip(todo, state.documents(len(todo))):
+  docs = state.documents(len(todo)) if new_doc else [None] * len(todo)
+  for i, doc in zip(todo, docs):
     r = rows[i]
+    doc = doc if new_doc else r.doc
+    examples = r.examples
+    if new_examples:
+      examples = tuple(state.examples(doc, c.memory.num_examples, r.spec.skill))
     rows[i] = dataclasses.replace(
         r,
         doc=doc,
-        ids=designer_prompt(config, engine, doc, r.examples, r.parent, r.spec),
+        examples=examples,
+        ids=designer_prompt(c, engine, doc, examples, r.parent, r.spec),
     )
 
 
@@ -349,7 +360,7 @@ def design(
     if not todo:
       break
     if attempt:
-      _fresh_documents(c, engine, state, rows, todo)
+      _fresh_prompts(c, engine, state, rows, todo)
     t = time.perf_counter()
     outs = engine.sample(
         [rows[i].ids for i in todo],

@@ -288,18 +288,18 @@ def test_designer_advantages_of_a_group_with_one_invalid_design():
   )
 
 
+class Flaky(FakeEngine):
+  """Invalid twice, then valid."""
+
+  def validate(self, codes):
+    self.validated = getattr(self, "validated", 0) + 1
+    ok = self.validated >= 3
+    return [records.Verdict(ok, "ok" if ok else "smoke") for _ in codes]
+
+
 def test_an_invalid_design_is_sampled_again_up_to_its_attempt_limit():
   c = _config(**{"designer.num_envs": 1, "designer.samples_per_prompt": 1})
   c.designer.max_attempts = 3
-
-  class Flaky(FakeEngine):
-    """Invalid twice, then valid."""
-
-    def validate(self, codes):
-      self.validated = getattr(self, "validated", 0) + 1
-      ok = self.validated >= 3
-      return [records.Verdict(ok, "ok" if ok else "smoke") for _ in codes]
-
   engine = Flaky(c)
   designs, extra = _design(_trainer(c, engine))
   assert designs[0].valid and designs[0].attempt == 2
@@ -307,6 +307,28 @@ def test_an_invalid_design_is_sampled_again_up_to_its_attempt_limit():
   c.designer.max_attempts = 1
   designs, _ = _design(_trainer(c, Flaky(c)))
   assert not designs[0].valid and designs[0].verdict.reason == "smoke"
+
+
+def test_each_attempt_retrieves_its_memory_examples_again():
+  # The reference's corpus orchestrator augments every attempt's prompt
+  # with a fresh memory retrieval (`_augment_prompt_with_memory`).
+  c = _config(**{"designer.num_envs": 1, "designer.samples_per_prompt": 1})
+  c.designer.max_attempts = 3
+  draws = {}
+  for fresh in (True, False):
+    c.designer.fresh_examples_per_attempt = fresh
+    t = _trainer(c, Flaky(c))
+    real, calls = t.state.examples, []
+
+    def examples(doc, n, skill, real=real, calls=calls):
+      calls.append(skill)
+      return real(doc, n, skill)
+
+    t.state.examples = examples
+    designs, _ = _design(t)
+    assert designs[0].valid and designs[0].attempt == 2
+    draws[fresh] = len(calls)
+  assert draws == {True: 3, False: 1}
 
 
 def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
