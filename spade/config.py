@@ -425,6 +425,10 @@ def base_config() -> ConfigDict:
   c.optim.designer_loss_weight = 1.0
   c.optim.agent_loss_weight = 1.0
   c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
+  # The last iteration scores the open window on its plays so far and trains
+  # every designer row still waiting (the reference flushes its buffer at
+  # its final rollout, `spade_rollout.py`); False: they are lost (ours).
+  c.optim.flush_designer_rows = True
   c.optim.max_importance_weight = 2.0
   # Designer rows with truncated importance sampling (the reference's
   # --use-tis, `tis_clip` = max_importance_weight); False: PPO clipping

@@ -138,9 +138,14 @@ class LoopState:
     self.pool_cursor: dict[str, Any] | None = None
 
   def delay_designer_rows(
-      self, iteration: int, rows: list[batching.Row], delay: int
+      self,
+      iteration: int,
+      rows: list[batching.Row],
+      delay: int,
+      flush: bool = False,
   ) -> list[batching.Row]:
-    """Queues this iteration's designer rows; returns the rows now due.
+    """Queues this iteration's designer rows; returns the rows now due
+    (with `flush`, every queued row: the run's last iteration).
 
     Delayed rows keep the sampler's logprobs from when they were made, so
     their importance ratios (truncated at `optim.max_importance_weight` in
@@ -149,7 +154,7 @@ class LoopState:
     """
     self.delayed.append((iteration, list(rows)))
     due: list[batching.Row] = []
-    while self.delayed and self.delayed[0][0] + delay <= iteration:
+    while self.delayed and (flush or self.delayed[0][0] + delay <= iteration):
       due.extend(self.delayed.pop(0)[1])
     return due
 

@@ -179,7 +179,11 @@ class Trainer:
     interval = (
         c.designer.regeneration_interval if c.train.mode == "spade" else 1
     )
-    closes = it + 1 - window.start >= max(1, interval)
+    # The last iteration closes an open window and trains every delayed
+    # designer row (the reference's flush at its final rollout,
+    # `optim.flush_designer_rows`), so no design's rows are lost.
+    flush = c.optim.flush_designer_rows and it + 1 >= c.num_iterations
+    closes = flush or it + 1 - window.start >= max(1, interval)
     # Regret, designer rewards and memory stats: over the window's plays.
     window_scores = score_lib.score(c, window.designs, envs, *window.arrays())
     designer_rows = []
@@ -194,7 +198,7 @@ class Trainer:
       self._remember(it, envs, window_scores)
     self.state.window = None if closes else window
     due = self.state.delay_designer_rows(
-        it, designer_rows, c.optim.designer_delay
+        it, designer_rows, c.optim.designer_delay, flush=flush
     )
     update_metrics, update_s = self.update(it, agent_rows, due)
     self._save_programs(

@@ -452,6 +452,39 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
   assert designer_rows[0].advantage > 0 > designer_rows[1].advantage
 
 
+def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
+    monkeypatch,
+):
+  # The reference's final rollout trains every buffered designer row.
+  c = _config(**{"designer.num_envs": 2, "designer.samples_per_prompt": 2})
+  c.designer.regeneration_interval = 4
+  c.num_iterations = 1
+  c.memory.enabled = False
+
+  def play(config, engine, executor, it, envs, hinted_arm=True):
+    del config, engine, executor, it
+    eps = []
+    for e in range(len(envs)):
+      for k in range(2):
+        eps.append(_episode(e, k, False, [1.0 if e == 0 and k == 0 else 0.0]))
+        if hinted_arm:
+          eps.append(_episode(e, k, True, [1.0]))
+    return eps, rollout.RolloutStats()
+
+  monkeypatch.setattr(play_lib, "play", play)
+  trained = {}
+  for flush in (True, False):
+    c.optim.flush_designer_rows = flush
+    t = _trainer(c)
+    m = t.iteration(0)
+    trained[flush] = (len(t.engine.updates[-1][1]), m["designer/window_closed"])
+  assert trained == {True: (2, 1.0), False: (0, 0.0)}
+  state = curriculum_lib.LoopState(c)
+  row = batching.Row([1, 2], [3], [-0.5], 0.25)
+  assert state.delay_designer_rows(0, [row], delay=4) == []
+  assert state.delay_designer_rows(1, [], delay=4, flush=True) == [row]
+
+
 def test_the_solvability_audit_refuses_what_the_designer_judges_unwinnable():
   from spade.selfplay import design as design_lib
 
