@@ -424,6 +424,12 @@ def base_config() -> ConfigDict:
   c.optim.kl_coef = 0.0
   c.optim.designer_loss_weight = 1.0
   c.optim.agent_loss_weight = 1.0
+  # How the policy loss is reduced: "sample_mean" (slime as the reference
+  # runs it, no --calculate-per-token-loss): each row's token mean, summed
+  # over both roles' rows and divided by the rows there were (zero-advantage
+  # rows included); "token_mean" (ours): each role's token mean, the roles
+  # added with their loss weights.
+  c.optim.loss_reduction = "sample_mean"
   c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
   # The last iteration scores the open window on its plays so far and trains
   # every designer row still waiting (the reference flushes its buffer at
@@ -648,6 +654,7 @@ _CHOICES = {
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
     "sampling.engine": ("slots", "lockstep"),
     "optim.weight_decay_mask": ("megatron", "all"),
+    "optim.loss_reduction": ("sample_mean", "token_mean"),
 }
 
 # Keys that must be strictly positive.

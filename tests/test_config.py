@@ -155,3 +155,20 @@ def test_gpu_configs_size_each_node(arg):
 def test_gpu_config_refuses_what_one_gpu_cannot_hold():
   with pytest.raises(ValueError, match="does not fit one 141 GB GPU"):
     _load("gpu", "gemma3_12b,1x141gb")
+
+
+def test_the_recipe_has_the_references_optimizer_and_the_base_says_which_not():
+  # cmd/games/train_spade_30b.sh: --lr 1e-6 --weight-decay 0.1
+  # --adam-beta1 0.9 --adam-beta2 0.98; the README names the base's three
+  # exceptions.
+  recipe = _load("reference_recipe").optim
+  assert (recipe.learning_rate, recipe.weight_decay) == (1e-6, 0.1)
+  assert (recipe.b1, recipe.b2) == (0.9, 0.98)
+  assert recipe.weight_decay_mask == "megatron"
+  assert recipe.loss_reduction == "sample_mean"
+  base = config_lib.base_config().optim
+  assert (base.learning_rate, base.weight_decay, base.b2) == (1e-5, 0.0, 0.999)
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = " ".join(f.read().split())
+  for words in ("learning rate 1e-5", "weight decay 0", "b2 0.999"):
+    assert words in readme, words

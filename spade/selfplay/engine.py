@@ -430,12 +430,19 @@ class Engine:
       self,
       agent_rows: list[batching.Row],
       designer_rows: list[batching.Row],
+      samples: int = 0,
   ) -> dict[str, float]:
-    """One shared update of both heads on the given rows."""
+    """One shared update of both heads on the given rows; `samples` (the
+    rows of both roles there were, with or without signal; 0: the rows
+    given) divides the loss under `optim.loss_reduction="sample_mean"`."""
     batch = {
         "agent": self._batch(agent_rows),
         "designer": self._batch(designer_rows),
     }
+    if self.config.optim.loss_reduction == "sample_mean":
+      batch = update_lib.sample_weights(
+          batch, samples or len(agent_rows) + len(designer_rows)
+      )
     shape = tuple(b["tokens"].shape[0] for b in batch.values())
     first = console.first_compile(
         "the update",

@@ -111,9 +111,11 @@ class Trainer:
       )
     return self._pool_programs
 
-  def update(self, it, agent_rows, designer_rows) -> tuple[dict, float]:
-    """One shared update on the rows with signal (skipped without any);
-    returns its metrics and seconds."""
+  def update(
+      self, it, agent_rows, designer_rows, samples: int = 0
+  ) -> tuple[dict, float]:
+    """One shared update on the rows with signal (skipped without any),
+    `samples` the rows there were; returns its metrics and seconds."""
     t = time.perf_counter()
     if not agent_rows and not designer_rows:
       console.say(
@@ -128,7 +130,7 @@ class Trainer:
         len(agent_rows),
         len(designer_rows),
     )
-    out = self.engine.update(agent_rows, designer_rows)
+    out = self.engine.update(agent_rows, designer_rows, samples)
     out["train/update_skipped"] = 0.0
     return out, time.perf_counter() - t
 
@@ -200,7 +202,7 @@ class Trainer:
     due = self.state.delay_designer_rows(
         it, designer_rows, c.optim.designer_delay, flush=flush
     )
-    update_metrics, update_s = self.update(it, agent_rows, due)
+    update_metrics, update_s = self.update(it, agent_rows, due, total)
     self._save_programs(
         it, designed.designs, envs, scores, window_scores, episodes
     )

@@ -46,8 +46,27 @@ def token_weights(loss_mask: Array, weights: Array) -> Array:
   return m * jnp.asarray(weights, jnp.float32)[:, None]
 
 
+def _denominator(w: Array) -> Array:
+  """The token weight's sum, 1 where there is none (an all-padding batch
+  gives 0, not NaN); row weights may be small (`sample_weights`), so no
+  floor at 1."""
+  total = jnp.sum(w)
+  return jnp.where(total > 0, total, 1.0)
+
+
 def _mean(values: Array, w: Array, denom: Array) -> Array:
   return jnp.sum(values * w) / denom
+
+
+REDUCTIONS = ("token_mean", "sample_sum")
+
+
+def sample_sum(values: Array, loss_mask: Array, weights: Array) -> Array:
+  """sum over rows of weight x (the row's mean of `values` on its loss
+  tokens); a row without loss tokens adds 0."""
+  m = token_weights(loss_mask, jnp.ones_like(weights, jnp.float32))
+  per_row = jnp.sum(values * m, -1) / jnp.maximum(jnp.sum(m, -1), 1.0)
+  return jnp.sum(per_row * jnp.asarray(weights, jnp.float32))
 
 
 def policy_loss(
@@ -62,8 +81,16 @@ def policy_loss(
     ref_logprobs: Array | None = None,
     kl_coef: float = 0.0,
     max_importance_weight: float | None = None,
+    reduction: str = "token_mean",
 ) -> tuple[Array, dict[str, Array]]:
-  """GRPO/PPO clipped surrogate, token-level mean over sampled tokens.
+  """GRPO/PPO clipped surrogate over the sampled tokens.
+
+  `reduction`: "token_mean" (ours) divides the weighted token sum by the
+  sub-batch's token weight; "sample_sum" (slime without
+  `--calculate-per-token-loss`, `cp_utils.get_sum_of_sample_mean`) takes each
+  row's token mean and sums the rows times their weights (the caller makes a
+  row's weight 1 / the global batch's rows). The metrics are token means
+  either way.
 
   Two modes:
 
@@ -88,6 +115,7 @@ def policy_loss(
     ref_logprobs: f32[B, L] under the frozen reference, for the KL term.
     kl_coef: weight of the k3 estimate of KL(policy || reference).
     max_importance_weight: truncation of the delayed mode's weights.
+    reduction: one of `REDUCTIONS`, see above.
 
   Returns:
     (loss, metrics) with metrics pg_loss, kl, clip_frac, approx_kl,
@@ -95,7 +123,7 @@ def policy_loss(
     delayed mode).
   """
   w = token_weights(loss_mask, weights)
-  denom = jnp.maximum(jnp.sum(w), 1.0)
+  denom = _denominator(w)
   adv = jnp.asarray(advantages, jnp.float32)[:, None]
   # Masked positions may hold anything (padding's zeros, stale values); zero
   # the log-ratio there so exp() cannot overflow into a NaN gradient.
@@ -119,14 +147,23 @@ def policy_loss(
     )
     metrics["is_weight_mean"] = _mean(is_weight, w, denom)
     metrics["is_truncated_frac"] = clip_frac
+  if reduction not in REDUCTIONS:
+    raise ValueError(f"reduction {reduction!r} is not one of {REDUCTIONS}")
   pg_loss = _mean(per_token, w, denom)
-  loss = pg_loss
   kl = jnp.zeros((), jnp.float32)
+  kl_token = None
   if ref_logprobs is not None and kl_coef > 0:
     # k3 estimator of KL(pi || ref): exp(d) - d - 1 with d = ref - pi, >= 0.
     d = jnp.where(w > 0, ref_logprobs - logprobs, 0.0)
-    kl = _mean(jnp.exp(d) - d - 1.0, w, denom)
-    loss = loss + kl_coef * kl
+    kl_token = jnp.exp(d) - d - 1.0
+    kl = _mean(kl_token, w, denom)
+  if reduction == "token_mean":
+    loss = pg_loss + (kl_coef * kl if kl_token is not None else 0.0)
+  else:
+    objective = per_token + (
+        kl_coef * kl_token if kl_token is not None else 0.0
+    )
+    loss = sample_sum(objective, loss_mask, weights)
   sg = jax.lax.stop_gradient
   metrics.update(
       pg_loss=pg_loss,
@@ -154,7 +191,7 @@ def sft_loss(
     "num_tokens"}).
   """
   w = token_weights(loss_mask, weights)
-  denom = jnp.maximum(jnp.sum(w), 1.0)
+  denom = _denominator(w)
   nll = -_mean(jnp.where(w > 0, logprobs, 0.0), w, denom)
   return nll, {
       "nll": nll,

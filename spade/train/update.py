@@ -41,6 +41,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from spade.model import sharding
@@ -119,7 +120,24 @@ def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
   return jnp.pad(logp[:, :-1], ((0, 0), (1, 0)))
 
 
-def _microbatched(loss_of, sub, rows_per_microbatch: int, remat: bool = True):
+LOSS_REDUCTIONS = ("sample_mean", "token_mean")
+
+
+def sample_weights(batch: Batch, samples: int) -> Batch:
+  """The batch with each real row's weight 1 / `samples` (the rows of both
+  roles there were, those without signal included), for
+  `optim.loss_reduction="sample_mean"`: slime divides the sum of per-sample
+  means by its global batch, whose zero-advantage samples count too."""
+  scale = 1.0 / max(int(samples), 1)
+  return {
+      name: {**sub, "weights": np.asarray(sub["weights"], np.float32) * scale}
+      for name, sub in batch.items()
+  }
+
+
+def _microbatched(
+    loss_of, sub, rows_per_microbatch: int, remat: bool = True, summed=False
+):
   """`loss_of(sub)` over micro-batches, one at a time, with an exact mean.
 
   The sub-batch's rows are split into micro-batches of `rows_per_microbatch`
@@ -137,6 +155,8 @@ def _microbatched(loss_of, sub, rows_per_microbatch: int, remat: bool = True):
     remat: recompute each micro-batch's forward in the backward pass (keep
       only its inputs); False keeps its residuals across the scan, which
       saves a forward pass when the model rematerialises its own layers.
+    summed: the loss is a sum over rows (`losses.sample_sum`): the
+      micro-batches' losses add up instead.
 
   Returns:
     (loss, metrics) as `loss_of` would give on the whole sub-batch.
@@ -166,11 +186,14 @@ def _microbatched(loss_of, sub, rows_per_microbatch: int, remat: bool = True):
     body = jax.checkpoint(body)
 
   _, (loss, metrics, weight) = jax.lax.scan(body, None, split)
-  total = jnp.maximum(jnp.sum(weight), 1.0)
+  total = jnp.sum(weight)
+  total = jnp.where(total > 0, total, 1.0)
   combined = {
       k: jnp.sum(v) if k == "num_tokens" else jnp.sum(v * weight) / total
       for k, v in metrics.items()
   }
+  if summed:
+    return jnp.sum(loss), combined
   return jnp.sum(loss * weight) / total, combined
 
 
@@ -458,6 +481,12 @@ def make_update_step(
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,
   }
+  # "sample_mean" (slime's): each row's token mean, summed over both roles'
+  # rows; the host gives each row the weight 1 / the rows there were
+  # (`sample_weights`). "token_mean" (ours): each role's token mean.
+  reduction = (
+      "sample_sum" if o.get("loss_reduction") == "sample_mean" else "token_mean"
+  )
 
   def loss_fn(params, ref_params, batch):
     total = jnp.zeros((), jnp.float32)
@@ -485,11 +514,12 @@ def make_update_step(
             ref_logprobs=ref_logp,
             kl_coef=o.kl_coef,
             max_importance_weight=(designer_iw if name == "designer" else None),
+            reduction=reduction,
         )
 
       loss, m = _microbatched(
           role_loss, batch[name], o.microbatch_rows,
-          o.microbatch_remat,
+          o.microbatch_remat, summed=reduction == "sample_sum",
       )  # fmt: skip
       total = total + role_weight[name] * loss
       metrics[f"train/{name}_loss"] = loss

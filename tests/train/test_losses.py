@@ -152,3 +152,24 @@ def test_all_padding_batch_gives_zero_not_nan():
   assert float(loss) == 0.0 and float(m["clip_frac"]) == 0.0
   loss, _ = losses.sft_loss(z, mask, np.zeros(2))
   assert float(loss) == 0.0
+
+
+def test_sample_mean_reduction_is_slimes_sum_of_row_means():
+  # Row 0 has 3 loss tokens, row 1 one: the token mean weighs row 0 three
+  # times, slime's sample mean weighs the rows alike.
+  old = np.zeros((2, 4), np.float32)
+  mask = np.array([[False, True, True, True], [False, True, False, False]])
+  adv = np.array([1.0, -2.0], np.float32)
+  kw = dict(CLIP, reduction="token_mean")
+  token, _ = losses.policy_loss(old, old, adv, mask, np.ones(2), **kw)
+  # At ratio 1 each token's loss is -advantage.
+  assert float(token) == pytest.approx((3 * -1.0 + 2.0) / 4)
+  samples = 5  # the rows there were: 3 more had no signal
+  kw["reduction"] = "sample_sum"
+  summed, m = losses.policy_loss(
+      old, old, adv, mask, np.full(2, 1 / samples), **kw
+  )
+  assert float(summed) == pytest.approx((-1.0 + 2.0) / samples)
+  assert float(m["pg_loss"]) == pytest.approx(float(token))  # a token mean
+  with pytest.raises(ValueError, match="reduction"):
+    losses.policy_loss(old, old, adv, mask, np.ones(2), **CLIP, reduction="x")

@@ -411,3 +411,23 @@ def test_minibatches_must_divide_the_rows(setup):
   mesh = _mesh(c, 2, 1, 1)
   with pytest.raises(ValueError, match="num_minibatches=3"):
     _run(setup, c, mesh, setup["batch"])
+
+
+def test_summed_microbatches_add_up_to_the_whole_batch():
+  rng = np.random.default_rng(0)
+  sub = {
+      "tokens": np.zeros((4, 6), np.int32),
+      "values": rng.normal(size=(4, 6)).astype(np.float32),
+      "loss_mask": rng.random((4, 6)) > 0.3,
+      "weights": np.full(4, 0.25, np.float32),
+  }
+
+  def loss_of(mb):
+    loss = losses.sample_sum(mb["values"], mb["loss_mask"], mb["weights"])
+    return loss, {"num_tokens": jnp.sum(mb["loss_mask"]).astype(jnp.float32)}
+
+  whole, _ = loss_of(sub)
+  split, _ = update._microbatched(loss_of, sub, 2, summed=True)  # pylint: disable=protected-access
+  np.testing.assert_allclose(float(split), float(whole), rtol=1e-6)
+  weighted = update.sample_weights({"agent": sub}, samples=8)
+  np.testing.assert_allclose(weighted["agent"]["weights"], 0.25 / 8)
