@@ -440,6 +440,9 @@ def base_config() -> ConfigDict:
   # --use-tis, `tis_clip` = max_importance_weight); False: PPO clipping
   # against their sampling-time log-probs (ours).
   c.optim.designer_tis = True
+  # Agent rows too, as slime's --use-tis weighs every sample; False: PPO
+  # clipping against the sampler's log-probs (ours).
+  c.optim.agent_tis = True
   # Positions per chunk when the update scores tokens: bounds the logits held
   # at once to [rows, chunk, vocab] (recomputed in the backward pass).
   c.optim.logprob_chunk = 256

@@ -467,16 +467,20 @@ def make_update_step(
   """
   o = config.optim
   use_kl = state_lib.keeps_reference(config)
-  # Designer rows are trained when their window closes (and
-  # `designer_delay` iterations later still), on samples of an older policy:
-  # truncated importance weights (the reference's --use-tis, clip
-  # `max_importance_weight`, slime's 2.0) unless `designer_tis` is off (ours:
-  # PPO clipping against the stale log-probs).
-  designer_iw = (
-      o.max_importance_weight
-      if o.designer_tis or o.designer_delay > 0
-      else None
-  )
+  # Truncated importance weights (the reference's --use-tis, clip
+  # `max_importance_weight`, slime's 2.0), which slime applies to every
+  # sample: designer rows, trained when their window closes (and
+  # `designer_delay` iterations later still) on samples of an older policy,
+  # unless `designer_tis` is off, and agent rows unless `agent_tis` is off
+  # (ours: PPO clipping against the sampler's log-probs).
+  importance = {
+      "designer": (
+          o.max_importance_weight
+          if o.designer_tis or o.designer_delay > 0
+          else None
+      ),
+      "agent": o.max_importance_weight if o.get("agent_tis") else None,
+  }
   role_weight = {
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,
@@ -513,7 +517,7 @@ def make_update_step(
             clip_high=o.clip_high,
             ref_logprobs=ref_logp,
             kl_coef=o.kl_coef,
-            max_importance_weight=(designer_iw if name == "designer" else None),
+            max_importance_weight=importance[name],
             reduction=reduction,
         )
 
