@@ -422,6 +422,9 @@ def base_config() -> ConfigDict:
   c.optim.clip_low = 0.2
   c.optim.clip_high = 0.28
   c.optim.kl_coef = 0.0
+  # The KL term's per-token estimate: "low_var_kl" (slime's, the tool-use
+  # recipe's --kl-loss-type): k3 clamped to [-10, 10]; "k3": unclamped.
+  c.optim.kl_estimator = "low_var_kl"
   c.optim.designer_loss_weight = 1.0
   c.optim.agent_loss_weight = 1.0
   # How the policy loss is reduced: "sample_mean" (slime as the reference
@@ -658,6 +661,7 @@ _CHOICES = {
     "sampling.engine": ("slots", "lockstep"),
     "optim.weight_decay_mask": ("megatron", "all"),
     "optim.loss_reduction": ("sample_mean", "token_mean"),
+    "optim.kl_estimator": ("low_var_kl", "k3"),
 }
 
 # Keys that must be strictly positive.

@@ -82,6 +82,7 @@ def policy_loss(
     kl_coef: float = 0.0,
     max_importance_weight: float | None = None,
     reduction: str = "token_mean",
+    kl_estimator: str = "low_var_kl",
 ) -> tuple[Array, dict[str, Array]]:
   """GRPO/PPO clipped surrogate over the sampled tokens.
 
@@ -116,6 +117,9 @@ def policy_loss(
     kl_coef: weight of the k3 estimate of KL(policy || reference).
     max_importance_weight: truncation of the delayed mode's weights.
     reduction: one of `REDUCTIONS`, see above.
+    kl_estimator: "low_var_kl" (slime's, the tool-use recipe's
+      `--kl-loss-type`): the k3 estimate clamped to [-10, 10]; "k3": not
+      clamped.
 
   Returns:
     (loss, metrics) with metrics pg_loss, kl, clip_frac, approx_kl,
@@ -156,6 +160,10 @@ def policy_loss(
     # k3 estimator of KL(pi || ref): exp(d) - d - 1 with d = ref - pi, >= 0.
     d = jnp.where(w > 0, ref_logprobs - logprobs, 0.0)
     kl_token = jnp.exp(d) - d - 1.0
+    if kl_estimator == "low_var_kl":
+      kl_token = jnp.clip(kl_token, -10.0, 10.0)
+    elif kl_estimator != "k3":
+      raise ValueError(f"kl_estimator {kl_estimator!r}: low_var_kl or k3")
     kl = _mean(kl_token, w, denom)
   if reduction == "token_mean":
     loss = pg_loss + (kl_coef * kl if kl_token is not None else 0.0)

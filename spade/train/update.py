@@ -519,6 +519,7 @@ def make_update_step(
             kl_coef=o.kl_coef,
             max_importance_weight=importance[name],
             reduction=reduction,
+            kl_estimator=o.get("kl_estimator", "low_var_kl"),
         )
 
       loss, m = _microbatched(

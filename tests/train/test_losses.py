@@ -133,6 +133,22 @@ def test_k3_kl_to_reference():
   assert float(same["kl"]) == 0.0
 
 
+def test_low_var_kl_clamps_the_k3_estimate():
+  # slime's low_var_kl: k3 clamped to [-10, 10]; a token the reference
+  # finds e^13 times likelier gives k3 ~ e^13 - 14 unclamped.
+  new = np.array([[0.0, -13.0]], np.float32)
+  ref = np.array([[0.0, 0.0]], np.float32)
+  mask = np.array([[False, True]])
+  adv = np.zeros(1, np.float32)
+  kw = dict(CLIP, ref_logprobs=ref, kl_coef=1.0)
+  _, clamped = losses.policy_loss(new, new, adv, mask, np.ones(1), **kw)
+  assert float(clamped["kl"]) == pytest.approx(10.0)
+  _, k3 = losses.policy_loss(
+      new, new, adv, mask, np.ones(1), kl_estimator="k3", **kw
+  )
+  assert float(k3["kl"]) == pytest.approx(np.exp(13.0) - 14.0, rel=1e-5)
+
+
 def test_sft_loss_is_masked_cross_entropy():
   lp = np.log(np.array([[0.9, 0.5, 0.25], [0.1, 0.1, 0.1]], np.float32))
   mask = np.array([[True, True, True], [True, True, False]])
