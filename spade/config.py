@@ -347,6 +347,9 @@ def base_config() -> ConfigDict:
   # reference, orchestrator._play_game_async: the episode ends, no step) or
   # "step" (ours: stepped as it is).
   c.agent.unfinished_reply = "end"
+  # The hinted arm's rule: "step" (the reference's hinted plays never check
+  # EOS, `orchestrator._play_game_with_hint_async`) or "end" (as unhinted).
+  c.agent.hinted_unfinished_reply = "step"
   # A next prompt that does not fit the context: "end" (the reference: the
   # episode ends, truncated) or "drop_oldest" (ours: the oldest
   # exchanges are dropped to go on).
@@ -649,6 +652,7 @@ _CHOICES = {
     "designer.prompt_example": ("skeleton", "skeleton_max_turns", "complete"),
     "agent.action": ("parse", "raw"),
     "agent.unfinished_reply": ("end", "step"),
+    "agent.hinted_unfinished_reply": ("end", "step"),
     "agent.full_context": ("end", "drop_oldest"),
     "memory.retrieval": ("reference", "archive"),
     "designer.invalid_designs": ("drop", "penalize"),

@@ -410,6 +410,7 @@ def run_episodes(
     prompt_style: str = "reference",
     action_rule: str = "parse",
     unfinished_reply: str = "end",
+    hinted_unfinished_reply: str = "step",
     full_context: str = "end",
     mask_malformed_tool_calls: bool = False,
 ) -> tuple[list[episodes_lib.Episode], RolloutStats]:
@@ -471,6 +472,9 @@ def run_episodes(
       reference: a reply whose last token is not in `stop_ids` ends the
       episode without a step) or "step" (ours). With no `stop_ids`
       (a sampler that cannot say) every reply counts as finished.
+    hinted_unfinished_reply: `config.agent.hinted_unfinished_reply`, the
+      same rule for the hinted arm: "step" (the reference's hinted plays,
+      `_play_game_with_hint_async`, never look at EOS) or "end".
     full_context: `config.agent.full_context`: "end" (the reference) or
       "drop_oldest" (ours: `prompts.truncate_messages` drops the
       oldest exchanges and the episode goes on).
@@ -489,6 +493,7 @@ def run_episodes(
   for name, value, allowed in (
       ("action", action_rule, actions_lib.RULES),
       ("unfinished_reply", unfinished_reply, ("end", "step")),
+      ("hinted_unfinished_reply", hinted_unfinished_reply, ("end", "step")),
       ("full_context", full_context, ("end", "drop_oldest")),
   ):
     if value not in allowed:
@@ -605,10 +610,13 @@ def run_episodes(
 
   def execute(ids, outs):
     start = time.perf_counter()
+
+    def rule(i):
+      hinted = live[i].spec.hinted
+      return hinted_unfinished_reply if hinted else unfinished_reply
+
     plans = [
-        "cut"
-        if unfinished_reply == "end" and not finished(o[0])
-        else plan(i, o[2])
+        "cut" if rule(i) == "end" and not finished(o[0]) else plan(i, o[2])
         for i, o in zip(ids, outs)
     ]
     stepped = [

@@ -215,6 +215,7 @@ def play(
       stop_ids=tuple(engine.tokenizer.stop_ids),
       action_rule=c.agent.action,
       unfinished_reply=c.agent.unfinished_reply,
+      hinted_unfinished_reply=c.agent.hinted_unfinished_reply,
       full_context=c.agent.full_context,
       mask_malformed_tool_calls=c.agent.mask_malformed_tool_calls,
   )

@@ -66,8 +66,8 @@ def scripted(replies, eos=True):
   return sample
 
 
-def _play(sampler, executor, **kw):
-  spec = rollout.EpisodeSpec(0, "src", 0, None, 0)
+def _play(sampler, executor, hint=None, **kw):
+  spec = rollout.EpisodeSpec(0, "src", 0, hint, 0)
   kw.setdefault("max_context", 10_000)
   episodes, _ = rollout.run_episodes(
       [spec], sampler, executor, render, max_turns=4, seed=0,
@@ -120,6 +120,20 @@ def test_a_reply_without_eos_ends_the_episode_with_no_step():
       scripted(["\\boxed{7}"], eos=False), executor, unfinished_reply="step"
   )
   assert executor.envs[0].actions == ["\\boxed{7}"] and ep.terminated
+
+
+def test_a_hinted_reply_without_eos_is_stepped():
+  # The reference's hinted plays (`_play_game_with_hint_async`) step every
+  # reply, EOS or not.
+  executor = Executor()
+  ep = _play(scripted(["\\boxed{7}"], eos=False), executor, hint="Say 7.")
+  assert executor.envs[0].actions == ["\\boxed{7}"] and ep.terminated
+  executor = Executor()
+  ep = _play(
+      scripted(["\\boxed{7}"], eos=False), executor, hint="Say 7.",
+      hinted_unfinished_reply="end",
+  )  # fmt: skip
+  assert executor.envs[0].actions == [] and not ep.terminated
 
 
 def test_a_full_context_ends_the_episode():
