@@ -566,6 +566,10 @@ def base_config() -> ConfigDict:
   c.grounding.path = ""  # jsonl/text: file, dir or glob; tfds: data_dir
   c.grounding.name = ""
   c.grounding.max_words = 200  # reference: 6000 (games), 4000 (tool use)
+  # A document's text: "reference" (stripped; over max_words, the words
+  # joined by single spaces and "[Document truncated at ~N words]") or
+  # "layout" (ours: cleaned, lines kept, the note without "~").
+  c.grounding.text_rule = "reference"
   c.grounding.seed = 0  # sampling order; the cursor is in the checkpoint
   c.grounding.split = "train"  # tfds / seqio split
   c.grounding.text_key = "text"  # jsonl field / tfds or seqio feature
@@ -662,6 +666,7 @@ _CHOICES = {
     "train.mode": ("spade", "fixed_pool", "adaptive"),
     "train.pool_draw": ("with_replacement", "without_replacement"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
+    "grounding.text_rule": ("reference", "layout"),
     "sampling.engine": ("slots", "lockstep"),
     "optim.weight_decay_mask": ("megatron", "all"),
     "optim.loss_reduction": ("sample_mean", "token_mean"),

@@ -85,6 +85,22 @@ def truncate_words(text: str, max_words: int) -> str:
   return text
 
 
+TEXT_RULES = ("reference", "layout")
+
+
+def reference_text(text: str, max_words: int) -> str:
+  """The reference's document (`Corpus._truncate`, `spade/core/corpus.py`):
+  the text stripped; over `max_words` whitespace-separated words, its first
+  `max_words` joined by single spaces and the note
+  "[Document truncated at ~N words]" on a line of its own."""
+  text = text.strip()
+  words = text.split()
+  if max_words <= 0 or len(words) <= max_words:
+    return text
+  cut = " ".join(words[:max_words])
+  return cut + f"\n[Document truncated at ~{max_words} words]"
+
+
 def _order_key(seed: int, epoch: int, process_index: int, doc_id: str):
   h = hashlib.sha256(f"{seed}/{epoch}/{process_index}/{doc_id}".encode())
   return h.digest()
@@ -211,11 +227,22 @@ class Corpus:
     self._epoch_cache = None
 
 
-def prepare(documents: list[Document], max_words: int) -> list[Document]:
-  """Cleans and truncates documents, dropping those left empty."""
+def prepare(
+    documents: list[Document], max_words: int, rule: str = "reference"
+) -> list[Document]:
+  """Truncates documents, dropping those left empty: `rule` "reference"
+  (`reference_text`) or "layout" (ours: `clean_text`, then
+  `truncate_words`, which keeps the text's lines)."""
+  if rule not in TEXT_RULES:
+    raise ValueError(
+        f"config.grounding.text_rule={rule!r} is not one of {TEXT_RULES}"
+    )
   out = []
   for d in documents:
-    text = truncate_words(clean_text(d.text), max_words)
+    if rule == "reference":
+      text = reference_text(d.text, max_words)
+    else:
+      text = truncate_words(clean_text(d.text), max_words)
     if text:
       out.append(
           Document(
@@ -253,7 +280,7 @@ def build_corpus(
   if not c.enabled:
     return Corpus([], source=c.source, seed=c.seed, enabled=False)
   docs, sharded = sources.read_source(c, process_index, process_count)
-  docs = prepare(docs, c.max_words)
+  docs = prepare(docs, c.max_words, c.get("text_rule", "reference"))
   if not sharded:
     sources.iter_ids(docs)  # check uniqueness over the whole source
     if len(docs) < process_count:

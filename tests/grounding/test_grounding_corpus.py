@@ -36,6 +36,23 @@ def test_truncate_words_keeps_layout_and_marks_the_cut():
   assert truncate_words(text, 0) == text
 
 
+def test_reference_text_rule_is_the_references_truncate():
+  # spade/core/corpus.py, Corpus._truncate: stripped; over budget, the
+  # words joined by single spaces and a "~N words" note.
+  from spade.grounding import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
+
+  text = "  one two\nthree  four\n\nfive six  "
+  assert corpus_lib.reference_text(text, 4) == (
+      "one two three four\n[Document truncated at ~4 words]"
+  )
+  assert corpus_lib.reference_text(text, 6) == text.strip()
+  doc = corpus_lib.Document(id="d", title="t", text=text, source="jsonl")
+  (ref,) = corpus_lib.prepare([doc], 4)
+  (ours,) = corpus_lib.prepare([doc], 4, "layout")
+  assert ref.text.endswith("~4 words]") and "\n" not in ref.text.split("\n[")[0]
+  assert ours.text == truncate_words(text.strip(), 4)
+
+
 def test_builtin_corpus_is_pythons_documentation():
   docs = builtin.documents()
   ids = [d.id for d in docs]
