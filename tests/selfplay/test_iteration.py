@@ -314,6 +314,7 @@ def test_each_attempt_retrieves_its_memory_examples_again():
   # with a fresh memory retrieval (`_augment_prompt_with_memory`).
   c = _config(**{"designer.num_envs": 1, "designer.samples_per_prompt": 1})
   c.designer.max_attempts = 3
+  assert c.designer.fresh_examples_per_attempt  # the default
   draws = {}
   for fresh in (True, False):
     c.designer.fresh_examples_per_attempt = fresh
@@ -472,6 +473,7 @@ def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
     return eps, rollout.RolloutStats()
 
   monkeypatch.setattr(play_lib, "play", play)
+  assert c.optim.flush_designer_rows  # the default
   trained = {}
   for flush in (True, False):
     c.optim.flush_designer_rows = flush

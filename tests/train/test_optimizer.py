@@ -43,6 +43,7 @@ def _moved_after_one_step(mask: str) -> dict:
 
 
 def test_megatron_mask_decays_matrices_only():
+  assert config_lib.base_config().optim.weight_decay_mask == "megatron"
   moved = _moved_after_one_step("megatron")
   assert moved["embedder"]["input_embedding"]
   assert moved["layers"]["attn"]["q_proj"]["kernel"]
