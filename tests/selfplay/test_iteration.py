@@ -96,8 +96,9 @@ class FakeEngine:
   def validate(self, codes):
     return [records.Verdict.from_dict(self.verdict) for _ in codes]
 
-  def update(self, agent_rows, designer_rows):
+  def update(self, agent_rows, designer_rows, samples=0):
     self.updates.append((list(agent_rows), list(designer_rows)))
+    self.samples = samples
     return {"train/loss": 0.0}
 
 
@@ -479,7 +480,10 @@ def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
     c.optim.flush_designer_rows = flush
     t = _trainer(c)
     m = t.iteration(0)
-    trained[flush] = (len(t.engine.updates[-1][1]), m["designer/window_closed"])
+    agent_rows, designer_rows = t.engine.updates[-1]
+    # The loss's denominator: every row there was, with or without signal.
+    assert t.engine.samples >= len(agent_rows) + len(designer_rows) > 0
+    trained[flush] = (len(designer_rows), m["designer/window_closed"])
   assert trained == {True: (2, 1.0), False: (0, 0.0)}
   state = curriculum_lib.LoopState(c)
   row = batching.Row([1, 2], [3], [-0.5], 0.25)
