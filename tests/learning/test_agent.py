@@ -44,6 +44,13 @@ def _config():
   c = config_lib.base_config()
   c.optim.learning_rate = 3e-3
   c.mesh.data = 1
+  # The token mean (ours), not slime's sample mean: the rewarded reply ends
+  # early, which a long reply's many negative tokens teach; a row's mean
+  # gives each of them 1/length of the push. Measured at c9d61e1 with this
+  # test's batches: end rate 0.99 with the token mean, 0.0 with the sample
+  # mean at the loop's 1/rows weights. The test checks the loss's sign and
+  # mask (the sabotaged runs), which either reduction shows.
+  c.optim.loss_reduction = "token_mean"
   return c
 
 
