@@ -56,7 +56,6 @@ import numpy as np
 
 from spade import config as config_lib
 from spade import console
-from spade.agent import prompts as agent_prompts
 from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
@@ -126,25 +125,6 @@ def _parse(argv):
       help="a --save_dir of an earlier run: print its figures, sample nothing",
   )  # fmt: skip
   return p.parse_args(argv)
-
-
-class _Renderer:
-  """What `design.designer_prompt` needs of the loop's engine."""
-
-  def __init__(self, config, tokenizer):
-    self.config = config
-    self.tokenizer = tokenizer
-
-  def render(self, messages):
-    return self.tokenizer.encode(
-        self.tokenizer.chat_prompt(messages), add_bos=True
-    )
-
-  def prompt_budget(self, role):
-    c = self.config
-    return agent_prompts.prompt_budget(
-        c.designer.max_prompt_tokens, c.model.max_len, c.designer.max_new_tokens
-    )
 
 
 def designer_prompts_for(config, renderer, state, n: int, seed: int, it: int):
@@ -252,7 +232,7 @@ def main(argv=None) -> None:
   threshold = c.memory.duplicate_threshold
   start = time.perf_counter()
   tokenizer = tokenizer_lib.build_tokenizer(c)
-  renderer = _Renderer(c, tokenizer)
+  renderer = engine_lib.PromptRenderer(c, tokenizer)
   design_lib.check_prompt_budget(c, renderer)
   state = curriculum.LoopState(c)  # the corpus cursor and seeded memory
   items = designer_prompts_for(

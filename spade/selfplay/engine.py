@@ -51,6 +51,43 @@ _ROLES = {
 }
 
 
+def render(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+  """Chat messages -> token ids in the tokenizer's chat format, as the loop
+  renders every prompt."""
+  return tokenizer.encode(tokenizer.chat_prompt(messages), add_bos=True)
+
+
+def prompt_budget(config: ml_collections.ConfigDict, role: str) -> int:
+  """The prompt tokens a `role` reply may be sampled from (one rule)."""
+  c = config
+  if role == "agent":
+    return agent_prompts.prompt_budget(
+        c.agent.max_context, c.model.max_len, c.agent.max_new_tokens
+    )
+  if role == "designer":
+    return agent_prompts.prompt_budget(
+        c.designer.max_prompt_tokens,
+        c.model.max_len,
+        c.designer.max_new_tokens,
+    )
+  raise ValueError(f"unknown role {role!r}; 'agent' or 'designer'")
+
+
+class PromptRenderer:
+  """The engine's prompt side alone (`render`, `prompt_budget`), for code
+  that builds the loop's prompts without a model: benchmarks, tests."""
+
+  def __init__(self, config: ml_collections.ConfigDict, tokenizer):
+    self.config = config
+    self.tokenizer = tokenizer
+
+  def render(self, messages: list[dict[str, str]]) -> list[int]:
+    return render(self.tokenizer, messages)
+
+  def prompt_budget(self, role: str) -> int:
+    return prompt_budget(self.config, role)
+
+
 class TextServer:
   """A slot `Server` behind the tokenizer: the rollout's `TurnServer`.
 
@@ -166,9 +203,7 @@ class Engine:
 
   def render(self, messages: list[dict[str, str]]) -> list[int]:
     """Chat messages -> token ids in the checkpoint's chat format."""
-    return self.tokenizer.encode(
-        self.tokenizer.chat_prompt(messages), add_bos=True
-    )
+    return render(self.tokenizer, messages)
 
   def extend(
       self,
@@ -337,18 +372,7 @@ class Engine:
 
   def prompt_budget(self, role: str) -> int:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""
-    c = self.config
-    if role == "agent":
-      return agent_prompts.prompt_budget(
-          c.agent.max_context, c.model.max_len, c.agent.max_new_tokens
-      )
-    if role == "designer":
-      return agent_prompts.prompt_budget(
-          c.designer.max_prompt_tokens,
-          c.model.max_len,
-          c.designer.max_new_tokens,
-      )
-    raise ValueError(f"unknown role {role!r}; 'agent' or 'designer'")
+    return prompt_budget(self.config, role)
 
   def agent_sampler(
       self,

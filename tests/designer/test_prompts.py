@@ -16,6 +16,7 @@ from spade.designer import skills
 from spade.environments import library
 from spade.model import tokenizer as tokenizer_lib
 from spade.selfplay import curriculum
+from spade.selfplay import engine as engine_lib
 
 
 class _Doc:
@@ -398,7 +399,7 @@ class LetterTallyEnv:
 def test_validity_benchmark_builds_the_loop_prompts():
   bench = _validity_benchmark()
   config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
-  renderer = bench._Renderer(config, tokenizer_lib.ByteTokenizer())  # pylint: disable=protected-access
+  renderer = engine_lib.PromptRenderer(config, tokenizer_lib.ByteTokenizer())
   state = curriculum.LoopState(config)
   items = bench.designer_prompts_for(config, renderer, state, 3, 0, 0)
   assert len(items) == 3
@@ -413,7 +414,7 @@ def test_validity_benchmark_builds_the_loop_prompts():
       ["memory.seed_dir=library", "grounding.enabled=False"],
   )
   config.model.max_len = config.designer.max_prompt_tokens = 1 << 16
-  renderer = bench._Renderer(config, tokenizer_lib.ByteTokenizer())  # pylint: disable=protected-access
+  renderer = engine_lib.PromptRenderer(config, tokenizer_lib.ByteTokenizer())
   state = curriculum.LoopState(config)
   items = bench.designer_prompts_for(config, renderer, state, 2, 0, 0)
   assert [d for _, _, d, _ in items] == [None, None]

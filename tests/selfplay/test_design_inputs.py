@@ -4,32 +4,16 @@ import pytest
 
 from configs import tiny
 from spade import config as config_lib
-from spade.agent import prompts as agent_prompts
 from spade.environments import library
 from spade.memory import fifo
 from spade.model import tokenizer as tokenizer_lib
 from spade.selfplay import curriculum
 from spade.selfplay import design
+from spade.selfplay import engine as engine_lib
 
 
-class _Renderer:
-  """What `design.check_prompt_budget` needs of the engine."""
-
-  def __init__(self, config):
-    self.config = config
-    self.tokenizer = tokenizer_lib.ByteTokenizer()
-
-  def render(self, messages):
-    return self.tokenizer.encode(
-        self.tokenizer.chat_prompt(messages), add_bos=True
-    )
-
-  def prompt_budget(self, role):
-    del role
-    c = self.config
-    return agent_prompts.prompt_budget(
-        c.designer.max_prompt_tokens, c.model.max_len, c.designer.max_new_tokens
-    )
+def _renderer(config):
+  return engine_lib.PromptRenderer(config, tokenizer_lib.ByteTokenizer())
 
 
 def test_library_seeds_are_training_programs_under_their_skill():
@@ -77,10 +61,10 @@ def test_a_budget_that_would_cut_the_instructions_is_refused():
   with pytest.raises(
       config_lib.ConfigError, match="designer.max_prompt_tokens=512"
   ):
-    design.check_prompt_budget(c, _Renderer(c))
+    design.check_prompt_budget(c, _renderer(c))
   c.designer.prompt_overflow = "cut_left"
-  design.check_prompt_budget(c, _Renderer(c))  # tiny's choice
+  design.check_prompt_budget(c, _renderer(c))  # tiny's choice
   c.designer.prompt_overflow = "refuse"
   c.model.max_len = 1 << 15
   c.designer.max_prompt_tokens = 1 << 14
-  design.check_prompt_budget(c, _Renderer(c))
+  design.check_prompt_budget(c, _renderer(c))
