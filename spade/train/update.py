@@ -120,9 +120,6 @@ def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
   return jnp.pad(logp[:, :-1], ((0, 0), (1, 0)))
 
 
-LOSS_REDUCTIONS = ("sample_mean", "token_mean")
-
-
 def sample_weights(batch: Batch, samples: int) -> Batch:
   """The batch with each real row's weight 1 / `samples` (the rows of both
   roles there were, those without signal included), for
