@@ -52,4 +52,8 @@ def get_config(arg=None):
     # weights peaked at 18.2 GiB in that probe.
     c.model.max_len = 3072
     c.designer.max_prompt_tokens = 1536
+    # The 1.5B opens a reply with a plan: at the 0.5B's 48 new tokens no
+    # reply ended, so every return was 0 (docs/results.md, "The 1.5B run").
+    c.agent.max_new_tokens = 192
+    c.agent.max_context = 1024
   return c
