@@ -27,7 +27,6 @@ continuation of the same file) are compared with float32's. The last line:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import time
@@ -36,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade import config as config_lib
 from spade import console
 from spade.model import loading
 from spade.model import transformer
@@ -49,16 +49,6 @@ _VARIANTS = {
 }
 # The parity prompts' entry in reference_outputs.json, by config size.
 _REFERENCE = {"0.5b": "qwen2_gguf", "1.5b": "qwen2_gguf_1p5b"}
-
-
-def _load_config(spec: str):
-  path, _, arg = spec.partition(":")
-  if not os.path.isabs(path):
-    path = os.path.join(_ROOT, path)
-  module_spec = importlib.util.spec_from_file_location("_bench_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
 
 
 def read_bandwidth() -> float:
@@ -93,7 +83,7 @@ def main(argv=None) -> None:
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--variants", default="float32,bf16,bf16_all")
   args = p.parse_args(argv)
-  config = _load_config(args.config)
+  config = config_lib.load_file(args.config, _ROOT)
   size = config.checkpoint.size
   with open(
       os.path.join(_ROOT, "tests", "model", "reference_outputs.json")

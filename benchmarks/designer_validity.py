@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
-import importlib.util
 import json
 import os
 import sys
@@ -80,13 +79,7 @@ def _log(message: str) -> None:
 def _load_config(spec: str, overrides=()):
   """Loads `path[:arg]` like absl's config flags (`get_config(arg)`), then
   applies `key=value` overrides as `--config.key=value` would."""
-  path, _, arg = spec.partition(":")
-  if not os.path.isabs(path):
-    path = os.path.join(_ROOT, path)
-  module_spec = importlib.util.spec_from_file_location("_bench_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  config = module.get_config(arg or None)
+  config = config_lib.load_file(spec, _ROOT)
   for item in overrides:
     key, sep, text = item.partition("=")
     if not sep:

@@ -26,6 +26,8 @@ Sections (each owned by the package of the same name):
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
 import ml_collections
@@ -846,6 +848,19 @@ def _shrink_for_cpu(c: ConfigDict) -> None:
 
 class ConfigError(ValueError):
   """A config that cannot run; the message names the key."""
+
+
+def load_file(spec: str, root: str = "") -> ConfigDict:
+  """The config of `path[:arg]`, as absl's config flags load it: the file's
+  `get_config(arg)` (None without an arg); a relative path is taken from
+  `root` (default: the working directory)."""
+  path, _, arg = spec.partition(":")
+  if root and not os.path.isabs(path):
+    path = os.path.join(root, path)
+  module_spec = importlib.util.spec_from_file_location("_spade_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
 
 
 def _get(config: ConfigDict, dotted: str):
