@@ -78,6 +78,11 @@ class _Dead(Exception):
 # after its budget.
 _HARD_GRACE_S = 0.5
 _BEAT_POLL_S = 0.05
+# How long `kill` waits for a killed uid's processes to be gone. SIGKILL is
+# delivered asynchronously (more so under gVisor on a busy host), so one
+# sweep can find them still alive; a count of sweeps without a wait was not
+# enough on a loaded machine.
+_KILL_WAIT_S = 5.0
 
 
 class _Child:
@@ -256,8 +261,10 @@ class Worker:
     except OSError:
       pass
     if self.opts.isolate:
-      # A fork bomb races the sweep; NPROC bounds it, repeat until none left.
-      for _ in range(50):
+      # A fork bomb races the sweep (NPROC bounds it) and a killed process
+      # lingers until the signal lands: sweep until none is left.
+      deadline = time.monotonic() + _KILL_WAIT_S
+      while True:
         pids = self._uid_pids(child.uid)
         if not pids:
           break
@@ -267,6 +274,9 @@ class Worker:
           except OSError:
             pass
         self.reap()
+        if time.monotonic() > deadline:
+          break
+        time.sleep(0.001)
     self.release(child)
 
   def release(self, child):
