@@ -864,10 +864,10 @@ def run(
 
 def _roles(roles: Sequence[str]) -> list[str]:
   """The named roles in the order they compile; ValueError on any other."""
-  heads = sorted(r.head for r in transformer.Role)
-  if not roles or set(roles) - set(heads):
-    raise ValueError(f"roles must be some of {heads}, not {list(roles)}")
-  return [r for r in heads if r in roles]
+  known = sorted(r.key for r in transformer.Role)
+  if not roles or set(roles) - set(known):
+    raise ValueError(f"roles must be some of {known}, not {list(roles)}")
+  return [r for r in known if r in roles]
 
 
 def describe(program: Program, tpu: topology_lib.Slice) -> str:

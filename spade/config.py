@@ -82,6 +82,10 @@ def base_config() -> ConfigDict:
   # scores instead of [L, L]; same results. 0: one block (the reference's);
   # a length that is not a multiple of the chunk also runs as one block.
   c.model.attention_chunk = 0
+  # False: one output layer, heads/shared/unembedding, for both roles (the
+  # reference's one model); True: one per role, heads/designer/unembedding
+  # and heads/agent/unembedding (ours).
+  c.model.separate_heads = False
 
   c.checkpoint = ConfigDict()
   # "scratch" | "gemma3_gguf" | "qwen2_gguf" | "hf": a Hugging Face directory

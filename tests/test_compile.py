@@ -222,11 +222,11 @@ def test_decode_takes_the_parameters_in_their_shards():
   rows = int(prefill.shape.split("x", 1)[0])
   slots = int(prefill.shape.rsplit("cache ", 1)[1])
   cache = _cache_bytes(c, rows, slots) // 4  # rows over data 2 x fsdp 2
-  # The decode step's parameters are this chip's shards (the designer's
-  # head, unused by the agent, is not an argument): about half of them,
-  # where a replica would be all but that head.
+  # The decode step's parameters are this chip's shards: about half of
+  # them, where a replica would be all. Beside them and the cache it takes
+  # a few small arrays (the rows' tokens, lengths, rng: under 64 KiB).
   params = decode.argument_bytes - cache
-  assert 0.4 * whole < params <= shard + 1024, (params, shard, whole)
+  assert 0.4 * whole < params <= shard + 65536, (params, shard, whole)
 
 
 @pytest.mark.slow

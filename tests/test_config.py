@@ -172,3 +172,18 @@ def test_the_recipe_has_the_references_optimizer_and_the_base_says_which_not():
     readme = " ".join(f.read().split())
   for words in ("learning rate 1e-5", "weight decay 0", "b2 0.999"):
     assert words in readme, words
+
+
+def test_one_output_layer_for_both_roles_is_the_default():
+  """The reference trains one model, its output layer included
+  (`spade/slime/spade_rollout.py` builds one model adapter for designs and
+  plays); per-role heads are the option."""
+  from spade.model import transformer  # pylint: disable=g-import-not-at-top
+
+  base = config_lib.base_config()
+  assert base.model.separate_heads is False
+  assert _load("reference_recipe").model.separate_heads is False
+  assert transformer.head_names(base.model) == ("shared",)
+  base.model.separate_heads = True
+  config_lib.validate(base)
+  assert transformer.head_names(base.model) == ("designer", "agent")

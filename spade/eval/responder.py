@@ -49,7 +49,7 @@ class ModelResponder:
 
     Args:
       config: the experiment config (model, tokenizer, agent, eval sections).
-      params: the shared parameters (both heads).
+      params: the shared parameters (every head).
       seed: base of the sampling keys (irrelevant when greedy).
       mesh: optional device mesh that `params` are sharded over (with
         `config.mesh.rules`); rows are then split over its batch axes.

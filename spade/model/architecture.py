@@ -82,6 +82,7 @@ class ModelConfig:
   remat: str = "none"
   scan_decode: bool = False
   attention_chunk: int = 0
+  separate_heads: bool = False
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":

@@ -35,8 +35,14 @@ _CACHE_VERSION = 2
 
 _CACHE_FORMAT = f"spade-converted-gguf-v{_CACHE_VERSION}"
 
-# Keys of config.model that do not change the parameter values.
-_NOT_IN_KEY = ("max_len", "dtype", "remat")
+# Keys of config.model that do not change the stored values. The heads
+# (`separate_heads`) are built from the one stored output layer on loading.
+_NOT_IN_KEY = ("max_len", "dtype", "remat", "separate_heads")
+
+# The stored name of the checkpoint's output layer, whatever heads the config
+# builds from it: the name copies written before `model.separate_heads`
+# existed use, so they still load.
+_OUTPUT = "heads/designer/unembedding"
 
 # Smaller GGUF files dequantize in well under a second: a copy would cost
 # more disk and time than it saves (and tests' tiny files would fill the
@@ -122,31 +128,34 @@ def _read_converted(file: str) -> dict[str, np.ndarray]:
 
 
 def gguf_content(path: str, config) -> dict[str, np.ndarray]:
-  """A GGUF file dequantized: flat name -> float32, without the agent head.
+  """A GGUF file dequantized: flat name -> float32, with no heads but the
+  checkpoint's output layer, stored as `_OUTPUT`.
 
-  The designer head is kept only when it is not the embedding (untied):
-  tied heads are rebuilt from the embedding.
+  The output layer is kept only when it is not the embedding (untied): tied
+  heads are rebuilt from the embedding.
   """
   tree = gguf_tensors.gguf_params(path, config.model, config.checkpoint.kind)
   heads = tree.pop("heads")
-  output = heads["designer"]["unembedding"]
+  output = next(iter(heads.values()))["unembedding"]  # all heads are equal
   content = {"/".join(k): v for k, v in placement.flat_items(tree)}
   if not np.array_equal(output, content["embedder/input_embedding"]):
-    content["heads/designer/unembedding"] = output
+    content[_OUTPUT] = output
   return content
 
 
 def place_content(content: dict[str, np.ndarray], model_config, mesh, rules):
-  """Places a flat content dict tensor by tensor; returns the parameters."""
-  output = content.get(
-      "heads/designer/unembedding", content["embedder/input_embedding"]
-  )
+  """Places a flat content dict tensor by tensor; returns the parameters,
+  with the heads `config.model` builds (`transformer.head_names`)."""
+  output = content.get(_OUTPUT, content["embedder/input_embedding"])
   tree: dict[str, Any] = {}
   for name, value in content.items():
-    if name != "heads/designer/unembedding":
+    if name != _OUTPUT:
       placement.set_leaf(tree, tuple(name.split("/")), placement.Lazy(value))
   return placement.materialize(
-      placement.with_heads(tree, output), model_config, mesh, rules
+      placement.with_heads(tree, output, model_config),
+      model_config,
+      mesh,
+      rules,
   )
 
 

@@ -17,13 +17,15 @@ takes:
   blk.N.ffn_{gate,up,down}      layer_N/mlp/{gate,up,down}      [E, F] / [F, E]
   blk.N.post_ffw_norm           layer_N/post_ffw_norm           [E]
   output_norm                   final_norm                      [E]
-  output (or token_embd)        heads/{designer,agent}          [V, E]
+  output (or token_embd)        heads/shared, or                [V, E]
+                                heads/{designer,agent}
+                                (`model.separate_heads`)
 
 Norm weights go in as stored: llama.cpp already added Gemma's +1, and the
-model's RMSNorm scale is the full multiplier. Both heads start as copies of the
-checkpoint's output layer (the input embedding when the checkpoint ties them);
-they are separate buffers so that a donating update never sees one buffer
-twice.
+model's RMSNorm scale is the full multiplier. Each head starts as a copy of
+the checkpoint's output layer (the input embedding when the checkpoint ties
+them); the copies are separate buffers, from each other and from the input
+embedding, so that a donating update never sees one buffer twice.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 
 from spade.model import gguf_files
 from spade.model import placement
+from spade.model import transformer
 
 CheckpointFileError = gguf_files.CheckpointFileError
 
@@ -134,8 +137,9 @@ def gguf_params(path: str, model_config, kind: str) -> dict[str, Any]:
     kind: "gemma3_gguf" or "qwen2_gguf".
 
   Returns:
-    The nested parameter dict of the contract, as float32 numpy arrays; both
-    heads are separate arrays equal to the checkpoint's output layer.
+    The nested parameter dict of the contract, as float32 numpy arrays; each
+    head (`transformer.head_names`) is an array of its own equal to the
+    checkpoint's output layer.
   """
   reader = gguf_files.open_gguf(path)
   check_config(reader, model_config, path, kind)
@@ -193,8 +197,8 @@ def gguf_params(path: str, model_config, kind: str) -> dict[str, Any]:
     placement.set_leaf(params, keys, value)
   if output is None:  # tied: the heads start from the input embedding
     output = params["embedder"]["input_embedding"].copy()
-  params["heads"] = {
-      "designer": {"unembedding": output},
-      "agent": {"unembedding": output.copy()},
-  }
+  first, *rest = transformer.head_names(model_config)
+  params["heads"] = {first: {"unembedding": output}}
+  for name in rest:
+    params["heads"][name] = {"unembedding": output.copy()}
   return params

@@ -17,7 +17,9 @@ into the model's parameters. Names map as
   layers.N.post_feedforward_layernorm layer_N/post_ffw_norm    [E]
   layers.N.mlp.{gate,up,down}_proj  layer_N/mlp/{gate,up,down} [E, F] / [F, E]
   norm                              final_norm                 [E]
-  lm_head (or embed_tokens)         heads/{designer,agent}     [V, E]
+  lm_head (or embed_tokens)         heads/shared, or           [V, E]
+                                    heads/{designer,agent}
+                                    (`model.separate_heads`)
 
 Gemma's RMSNorm multiplies by (1 + w) and stores w; the model's RMSNorm scale
 is the full multiplier, so Gemma norms (q/k norms included) go in as w + 1
@@ -628,10 +630,13 @@ def hf_params(path: str, model_config, mesh=None, rules=()) -> dict[str, Any]:
 
   Returns:
     The parameters in the model's layout (`layout.to_model_layout`), of
-    `config.model.param_dtype`; both heads are separate arrays equal to the
-    checkpoint's output layer.
+    `config.model.param_dtype`; each head (`transformer.head_names`) is an
+    array of its own equal to the checkpoint's output layer.
   """
   tree, output = hf_tree(path, model_config)
   return placement.materialize(
-      placement.with_heads(tree, output), model_config, mesh, rules
+      placement.with_heads(tree, output, model_config),
+      model_config,
+      mesh,
+      rules,
   )

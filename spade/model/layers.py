@@ -62,6 +62,8 @@ PARAM_AXES = {
     ("gate", "kernel"): ("embed", "mlp"),
     ("up", "kernel"): ("embed", "mlp"),
     ("down", "kernel"): ("mlp", "embed"),
+    # The output layers (`transformer.head_names`): one shared, or per role.
+    ("shared", "unembedding"): ("vocab", "embed"),
     ("designer", "unembedding"): ("vocab", "embed"),
     ("agent", "unembedding"): ("vocab", "embed"),
 }

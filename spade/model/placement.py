@@ -21,6 +21,7 @@ from spade.model import architecture
 from spade.model import gguf_files
 from spade.model import layout
 from spade.model import sharding as sharding_lib
+from spade.model import transformer
 
 CheckpointFileError = gguf_files.CheckpointFileError
 
@@ -147,12 +148,15 @@ def flat_items(tree, prefix=()):
       yield prefix + (key,), value
 
 
-def with_heads(tree: dict[str, Any], output: np.ndarray) -> dict[str, Any]:
-  """Adds both role heads to `tree`, each read from the output layer."""
-  # Two reads of one view: separate buffers, so a donating update never sees
-  # one buffer twice.
+def with_heads(
+    tree: dict[str, Any], output: np.ndarray, model_config
+) -> dict[str, Any]:
+  """Adds the heads `config.model` builds (`transformer.head_names`: one
+  shared, or one per role) to `tree`, each read from the output layer."""
+  # One read of the view per head: separate buffers, so a donating update
+  # never sees one buffer twice.
   tree["heads"] = {
-      "designer": {"unembedding": Lazy(output)},
-      "agent": {"unembedding": Lazy(output)},
+      name: {"unembedding": Lazy(output)}
+      for name in transformer.head_names(model_config)
   }
   return tree

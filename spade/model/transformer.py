@@ -1,4 +1,4 @@
-"""The shared decoder: Gemma 3 and Qwen2/Qwen3 with one trunk, two heads.
+"""The shared decoder: Gemma 3 and Qwen2/Qwen3, one model for both roles.
 
 One Flax Linen module covers the families; `config.model` switches the parts
 that differ (`spade.model.layers`). There is no forked copy per family.
@@ -9,15 +9,22 @@ parameters are SHARED by the designer and the agent:
   embedder/input_embedding, every layer (norms, attention projections, q/k
   norms, MLP), final_norm/scale.
 
-Only the output layer is per role, named by `Role.head`:
+The output layer is shared too by default (`config.model.separate_heads`
+False), as in the reference, which trains one model for both roles:
+
+  heads/shared/unembedding     used by both roles
+
+With `separate_heads` True (ours) each role has its own output layer:
 
   heads/designer/unembedding   used when `role == Role.DESIGNER`
   heads/agent/unembedding      used when `role == Role.AGENT`
 
-`config.model.tie_embeddings` says whether the *checkpoint* ties its output
-layer to the input embedding (the loaders read it); in this module the two
-heads are always separate parameters, initialised from the checkpoint's output
-layer when a checkpoint is loaded, and randomly in a scratch init.
+`head_names` and `head_name` are the one place that maps a config and a role
+to these names. `config.model.tie_embeddings` says whether the *checkpoint*
+ties its output layer to the input embedding (the loaders read it); in this
+module every head is a parameter of its own, apart from the input embedding,
+initialised from the checkpoint's output layer when a checkpoint is loaded,
+and randomly in a scratch init.
 
 Layers run under `nn.scan`, so the program (and its compile time) does not
 grow with depth. Gemma 3 repeats a period of `global_every` layers (sliding,
@@ -58,28 +65,68 @@ Params = Mapping[str, Any]
 
 
 class Role(enum.IntEnum):
-  """Which head produces the logits."""
+  """Which role the model plays; `head_name` says which head it reads."""
 
   DESIGNER = 0
   AGENT = 1
 
   @property
-  def head(self) -> str:
-    """The name of this role's head: its parameters are `heads/<head>`.
-
-    Batches, losses and metrics are keyed by the same name.
-    """
+  def key(self) -> str:
+    """The role's name, "designer" or "agent": batches, losses and metrics
+    are keyed by it, and so is its own head under `separate_heads`."""
     return self.name.lower()
 
   @classmethod
-  def of(cls, head: str) -> Role:
-    """The role whose head is `head` ("designer" or "agent")."""
+  def of(cls, key: str) -> Role:
+    """The role named `key` ("designer" or "agent")."""
     for role in cls:
-      if role.head == head:
+      if role.key == key:
         return role
     raise ValueError(
-        f"unknown role {head!r}; the roles are {[r.head for r in cls]}"
+        f"unknown role {key!r}; the roles are {[r.key for r in cls]}"
     )
+
+
+# The one output layer of both roles when `config.model.separate_heads` is
+# False.
+SHARED_HEAD = "shared"
+
+
+def head_names(model_config) -> tuple[str, ...]:
+  """The output layers `config.model` builds, `heads/<name>/unembedding`
+  each: ("shared",), or ("designer", "agent") with `separate_heads`."""
+  cfg = architecture.ModelConfig.from_config(model_config)
+  if cfg.separate_heads:
+    return tuple(r.key for r in Role)
+  return (SHARED_HEAD,)
+
+
+def head_name(model_config, role: Role) -> str:
+  """The output layer `role` reads: the shared one, or its own with
+  `config.model.separate_heads`."""
+  cfg = architecture.ModelConfig.from_config(model_config)
+  return Role(role).key if cfg.separate_heads else SHARED_HEAD
+
+
+def heads_mismatch(found, want) -> str | None:
+  """Why parameters with the output layers `found` do not fit a model that
+  builds `want` (`head_names`), or None when they fit.
+
+  The message names the `model.separate_heads` value that builds `found`,
+  so parameters written under the other value say what to set.
+  """
+  found, want = sorted(found), sorted(want)
+  if found == want:
+    return None
+  fix = "no value of model.separate_heads builds them"
+  for separate in (False, True):
+    if found == sorted(head_names(dict(separate_heads=separate))):
+      fix = f"set model.separate_heads={separate} to use them"
+  listed = lambda names: ", ".join(f"heads/{n}" for n in names) or "none"
+  return (
+      f"the parameters have the output layers {listed(found)}, but this"
+      f" config.model builds {listed(want)}; {fix}"
+  )
 
 
 class _Group(nn.Module):
@@ -158,7 +205,7 @@ def _stack(
 
 
 class Transformer(nn.Module):
-  """The shared decoder with a designer head and an agent head.
+  """The shared decoder with its output layers (`head_names`).
 
   Attributes:
     cfg: `config.model` as a ConfigDict, a mapping or an
@@ -204,7 +251,7 @@ class Transformer(nn.Module):
       positions: int32[B, L], the RoPE position of each token; attention is
         causal by position (a key is visible when its position is <= the
         query's), so positions must increase along each row's real tokens.
-      role: which head gives the logits (static).
+      role: which role's head (`head_name`) gives the logits (static).
       input_mask: bool[B, L], False for padding; padding is never attended to.
         Default: all True.
       cache: from `kv_cache.init_cache`, or None for a plain full forward.
@@ -384,7 +431,8 @@ def _head_logits(
 
 
 class _Heads(nn.Module):
-  """Holds both unembeddings (so both exist after init) and applies one."""
+  """Holds every output layer (`head_names`, so all exist after init) and
+  applies the role's (`head_name`)."""
 
   cfg: architecture.ModelConfig
 
@@ -392,14 +440,26 @@ class _Heads(nn.Module):
   def __call__(self, x: Array, role: Role, table_only: bool = False):
     """float32 logits [B, L, V]; with `table_only`, (the role's table, its
     adapter factors or None) instead."""
-    heads = {r: _UnembeddingHead(self.cfg, name=r.head)() for r in Role}
+    if not self.is_initializing():
+      # Parameters of the other `separate_heads` value would fail below with
+      # flax's "could not find parameter"; say which key to set instead.
+      problem = heads_mismatch(
+          self.variables.get("params", {}), head_names(self.cfg)
+      )
+      if problem:
+        raise ValueError(problem)
+    heads = {
+        name: _UnembeddingHead(self.cfg, name=name)()
+        for name in head_names(self.cfg)
+    }
+    table = heads[head_name(self.cfg, role)]
     if table_only:
-      return heads[role]
-    return _head_logits(x, *heads[role])
+      return table
+    return _head_logits(x, *table)
 
 
 class _UnembeddingHead(nn.Module):
-  """One role's [vocab, embed] output table (and its adapter factors)."""
+  """One [vocab, embed] output table (and its adapter factors)."""
 
   cfg: architecture.ModelConfig
 
@@ -432,7 +492,7 @@ def build_model(model_config) -> Transformer:
 def init_params(model_config, rng: Array) -> dict[str, Any]:
   """A scratch init: plain (unboxed) float params in the contract's tree.
 
-  Both heads are drawn independently; the loaders in
+  The heads (`head_names`) are drawn independently; the loaders in
   `spade.model.loading` replace everything with checkpoint weights.
   """
   model = build_model(model_config)

@@ -211,7 +211,7 @@ class TextGenerator:
     """One completion per token prompt (see the module docstring).
 
     Args:
-      params: the shared parameters (both heads).
+      params: the shared parameters (every head).
       prompts: token ids per prompt, each within the room the reply leaves.
       role: which head samples.
       max_new_tokens: the most tokens a completion holds.

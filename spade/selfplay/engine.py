@@ -456,7 +456,7 @@ class Engine:
       designer_rows: list[batching.Row],
       samples: int = 0,
   ) -> dict[str, float]:
-    """One shared update of both heads on the given rows; `samples` (the
+    """One shared update of both roles on the given rows; `samples` (the
     rows of both roles there were, with or without signal; 0: the rows
     given) divides the loss under `optim.loss_reduction="sample_mean"`."""
     batch = {

@@ -1,7 +1,7 @@
 """Low-rank adapters (LoRA): train A @ B beside frozen weights.
 
 `config.optim.lora_rank > 0` trains, for every projection kernel of the
-trunk and both heads, two factors A [..., left, r] and B [..., r, right]
+trunk and every output layer, two factors A [..., left, r] and B [..., r, right]
 instead of the kernel itself; the embedding table, norms and biases stay
 frozen. This is the reference's Tinker backend (`train_spade_tinker.py`,
 `lora_rank=32`); rank 0 (the default) is full fine-tuning, its slime backend.

@@ -1,7 +1,7 @@
 """The train state pytree, the optimizer, and where the state lives on a mesh.
 
 `TrainState` holds everything the update step changes: the shared parameters
-(trunk and both heads), the optimizer state, the step counter and the rng,
+(trunk and output layers), the optimizer state, the step counter and the rng,
 plus the frozen reference parameters when a KL term needs them
 (`config.optim.kl_coef > 0`; otherwise `ref_params` is None and costs
 nothing) and the low-rank adapters when the update trains those instead of

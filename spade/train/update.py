@@ -4,10 +4,11 @@
 `config.optim.epochs` x `config.optim.num_minibatches` optimizer steps (one
 by default, as the reference takes per rollout) on the sum of the designer's
 and the agent's policy losses.
-Both roles run the same trunk (`spade.model.transformer`), the designer
-sub-batch through the designer head and the agent sub-batch through the agent
-head, so one gradient carries both. `make_sft_step` is the supervised
-(warm-start) variant.
+Both roles run the same model (`spade.model.transformer`), each sub-batch
+through its role's head (`transformer.head_name`: the one shared output layer
+by default, the role's own with `config.model.separate_heads`), so one
+gradient carries both. `make_sft_step` is the supervised (warm-start)
+variant.
 
 Batch layout, per role (`batch["designer"]`, `batch["agent"]`), as produced by
 `spade.selfplay.batching.make_batch`; every array is aligned with `tokens`:
@@ -493,7 +494,7 @@ def make_update_step(
     total = jnp.zeros((), jnp.float32)
     metrics = {}
     for role in transformer.Role:
-      name = role.head
+      name = role.key
       if name not in batch:
         continue
 
@@ -585,7 +586,7 @@ def make_sft_step(
     total = jnp.zeros((), jnp.float32)
     metrics = {}
     for role in transformer.Role:
-      name = role.head
+      name = role.key
       if name not in batch:
         continue
 

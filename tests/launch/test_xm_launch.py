@@ -290,7 +290,7 @@ def test_gemma3_configs_match_the_model_shape_table(size):
     assert c.model[key] == value, key
 
 
-# Trunk parameters (embedding + layers, without the two role heads) of the
+# Trunk parameters (embedding + layers, without the output layer) of the
 # published Gemma 3 text models: 1B exactly, the others to 3 digits.
 _TRUNK_PARAMS = {"1b": 999_885_952, "4b": 3.88e9, "12b": 11.77e9, "27b": 27.0e9}
 
@@ -313,6 +313,8 @@ def test_gemma3_pod_configs_have_the_published_size(size):
   params = nn.unbox(shapes["params"])
   total = sum(x.size for x in jax.tree_util.tree_leaves(params))
   heads = sum(x.size for x in jax.tree_util.tree_leaves(params["heads"]))
+  # One output layer, both roles' (`model.separate_heads=False`).
+  assert heads == c.model.vocab_size * c.model.embed_dim
   trunk = total - heads
   if isinstance(_TRUNK_PARAMS[size], int):
     assert trunk == _TRUNK_PARAMS[size]

@@ -138,17 +138,25 @@ def test_gemma_mapping_places_every_tensor(gemma_file):
   np.testing.assert_allclose(up, ref, atol=0.03)
 
 
-def test_tied_checkpoint_gives_both_heads_the_embedding(gemma_file):
-  p = gguf_tensors.gguf_params(
-      gemma_file, _config("gemma3").model, "gemma3_gguf"
-  )
+@pytest.mark.parametrize(
+    "separate, names", [(False, {"shared"}), (True, {"designer", "agent"})]
+)
+def test_tied_checkpoint_gives_every_head_the_embedding(
+    gemma_file, separate, names
+):
+  """One shared head by default, one per role with `separate_heads`; each a
+  buffer of its own, equal to the input embedding."""
+  config = _config("gemma3")
+  config.model.separate_heads = separate
+  p = gguf_tensors.gguf_params(gemma_file, config.model, "gemma3_gguf")
+  assert set(p["heads"]) == names
   emb = p["embedder"]["input_embedding"]
-  for role in ("designer", "agent"):
-    head = p["heads"][role]["unembedding"]
-    np.testing.assert_array_equal(head, emb)
-    assert not np.shares_memory(head, emb)
-  designer = p["heads"]["designer"]["unembedding"]
-  assert not np.shares_memory(designer, p["heads"]["agent"]["unembedding"])
+  tables = [head["unembedding"] for head in p["heads"].values()]
+  for table in tables:
+    np.testing.assert_array_equal(table, emb)
+    assert not np.shares_memory(table, emb)
+  if separate:
+    assert not np.shares_memory(*tables)
 
 
 def test_qwen_biases_and_separate_output_layer(qwen_file):
@@ -159,9 +167,9 @@ def test_qwen_biases_and_separate_output_layer(qwen_file):
                                 t["blk.0.attn_k.bias"].reshape(KV, D))  # fmt: skip
   np.testing.assert_array_equal(attn["q_proj"]["bias"][1],
                                 t["blk.0.attn_q.bias"][D:])  # fmt: skip
-  for role in ("designer", "agent"):
-    np.testing.assert_array_equal(p["heads"][role]["unembedding"],
-                                  t["output.weight"])  # fmt: skip
+  assert set(p["heads"]) == {"shared"}
+  np.testing.assert_array_equal(p["heads"]["shared"]["unembedding"],
+                                t["output.weight"])  # fmt: skip
   assert "q_norm" not in attn and "post_ffw_norm" not in p["layer_0"]
 
 

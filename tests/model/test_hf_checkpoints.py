@@ -281,7 +281,15 @@ def test_sharded_index_maps_every_tensor(qwen3_dir):
       layers["layer_0"]["pre_ffw_norm"]["scale"],
       tensors["model.layers.0.post_attention_layernorm.weight"],
   )
-  heads = params["heads"]
+  assert set(params["heads"]) == {"shared"}
+  np.testing.assert_array_equal(
+      params["heads"]["shared"]["unembedding"], tensors["lm_head.weight"]
+  )
+  # With separate heads, each is lm_head in a buffer of its own.
+  heads = hf.hf_params(
+      qwen3_dir, dataclasses.replace(cfg, separate_heads=True)
+  )["heads"]
+  assert set(heads) == {"designer", "agent"}
   for role in ("designer", "agent"):
     np.testing.assert_array_equal(
         heads[role]["unembedding"], tensors["lm_head.weight"]
@@ -303,7 +311,7 @@ def test_load_on_a_mesh_shards_each_tensor(qwen3_dir):
   want = sharding.fitted_param_shardings(placed, mesh, rules)
   for got, spec in zip(jax.tree.leaves(placed), jax.tree.leaves(want)):
     assert got.sharding.is_equivalent_to(spec, got.ndim)
-  table = placed["heads"]["agent"]["unembedding"]  # [V=300, E=64]
+  table = placed["heads"]["shared"]["unembedding"]  # [V=300, E=64]
   shard = table.addressable_shards[0].data
   assert shard.size < table.size  # no device holds the whole table
   jax.tree.map(np.testing.assert_array_equal, placed, plain)
@@ -375,7 +383,7 @@ def test_hf_kind_through_initial_params(qwen3_dir):
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 4, 2
   mesh = sharding.make_mesh(config.mesh)
   placed = loading.initial_params(config, None, mesh, config.mesh.rules)
-  table = placed["heads"]["agent"]["unembedding"]
+  table = placed["heads"]["shared"]["unembedding"]
   assert table.addressable_shards[0].data.size < table.size
   jax.tree.map(np.testing.assert_array_equal, placed, direct)
 
@@ -458,6 +466,17 @@ def test_converted_copy_is_kept_and_restored(gguf_config, capfd):
   assert "loaded" in capfd.readouterr().err
   jax.tree.map(np.testing.assert_array_equal, first, direct)
   jax.tree.map(np.testing.assert_array_equal, second, direct)
+  # Separate heads are built from the same copy (the file stores the
+  # output layer once, under the name copies before the key had).
+  gguf_config.model.separate_heads = True
+  separate = loading.initial_params(gguf_config)
+  assert "loaded" in capfd.readouterr().err
+  assert len(_converted_dirs(gguf_config)) == 1
+  assert set(separate["heads"]) == {"designer", "agent"}
+  for head in separate["heads"].values():
+    np.testing.assert_array_equal(
+        head["unembedding"], direct["heads"]["shared"]["unembedding"]
+    )
   # A changed model config is another copy, not a wrong one.
   gguf_config.model.norm_eps = 1e-5
   loading.initial_params(gguf_config)

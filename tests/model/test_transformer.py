@@ -83,10 +83,8 @@ def test_gemma_param_tree_follows_the_contract(gemma):
   assert set(shapes) == {"embedder", "layers", "final_norm", "heads"}
   assert set(shapes["layers"]) == {"block_0", "block_1", "block_2"}
   assert shapes["embedder"] == {"input_embedding": (259, 64)}
-  assert shapes["heads"] == {
-      "designer": {"unembedding": (259, 64)},
-      "agent": {"unembedding": (259, 64)},
-  }
+  # One output layer, both roles' (the default `model.separate_heads`).
+  assert shapes["heads"] == {"shared": {"unembedding": (259, 64)}}
   layer = shapes["layers"]["block_1"]  # leading axis: 1 scanned group
   assert layer["attn"] == {
       "q_proj": {"kernel": (1, 64, 4, 16)},
@@ -106,11 +104,6 @@ def test_gemma_param_tree_follows_the_contract(gemma):
       "pre_ffw_norm", "post_ffw_norm",
   }  # fmt: skip
   np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(64))
-  # Scratch heads are independent draws.
-  assert not np.allclose(
-      params["heads"]["designer"]["unembedding"],
-      params["heads"]["agent"]["unembedding"],
-  )
 
 
 def test_qwen_param_tree_has_biases_and_no_post_norms(qwen):
@@ -130,8 +123,9 @@ def test_qwen_param_tree_has_biases_and_no_post_norms(qwen):
 def test_published_sizes_give_published_parameter_counts():
   """Gemma 3 270M has 268,098,176 parameters and Qwen2.5 0.5B 494,032,768.
 
-  Both are tied models; ours adds a second head, so subtract both heads and
-  count the input embedding once.
+  Both are tied models; ours keeps the output layer apart from the input
+  embedding (one, shared by the roles, by default), so subtract the heads
+  and count the input embedding once.
   """
   for shapes, expected in (
       (architecture.gemma3_shapes("270m"), 268_098_176),
@@ -148,7 +142,8 @@ def test_published_sizes_give_published_parameter_counts():
         tokens,
     )["params"]
     total = _count(nn.unbox(abstract))
-    heads = 2 * cfg.vocab_size * cfg.embed_dim
+    assert T.head_names(cfg) == ("shared",)
+    heads = cfg.vocab_size * cfg.embed_dim
     assert total - heads == expected
 
 
@@ -255,18 +250,105 @@ def test_padding_is_never_attended(gemma, forward):
   np.testing.assert_allclose(out[1, 3:], out[0, :9], atol=1e-5)
 
 
-def test_roles_select_separate_heads_over_a_shared_trunk(gemma, forward):
+def _head_grads(cfg, params, tokens, role):
+  """Gradient of `role`'s mean log-likelihood of `tokens` w.r.t. `params`."""
+  model = T.build_model(cfg)
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+
+  def loss(p):
+    logp, _ = model.apply(
+        {"params": p}, tokens, positions, role, targets=jnp.roll(tokens, -1, 1)
+    )
+    return -logp.mean()
+
+  return jax.grad(loss)(params)
+
+
+def _logits(cfg, params, tokens, role):
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  model = T.build_model(cfg)
+  logits, _ = model.apply({"params": params}, tokens, positions, role)
+  return logits
+
+
+def test_by_default_both_roles_read_one_shared_output_layer(gemma, forward):
+  """The reference's one model: `heads/shared/unembedding` only; both roles'
+  logits come from it, so the designer's loss moves the agent's logits
+  through the output layer itself, not only through the trunk."""
   _, params = gemma
+  cfg = _tiny()
+  assert not cfg.separate_heads
+  assert T.head_names(cfg) == ("shared",)
+  assert {T.head_name(cfg, r) for r in T.Role} == {"shared"}
+  assert set(params["heads"]) == {"shared"}
   tokens = jnp.arange(24).reshape(2, 12)
   agent = forward(params, tokens, T.Role.AGENT)
-  designer = forward(params, tokens, T.Role.DESIGNER)
-  assert not np.allclose(agent, designer)
-  same = dict(params)
-  same["heads"] = {
-      "designer": params["heads"]["agent"],
-      "agent": params["heads"]["agent"],
+  np.testing.assert_array_equal(forward(params, tokens, T.Role.DESIGNER), agent)
+  grads = _head_grads(cfg, params, tokens, T.Role.DESIGNER)
+  step = grads["heads"]["shared"]["unembedding"]
+  assert float(jnp.abs(step).max()) > 0
+  # A step on the output layer alone (the trunk held fixed).
+  table = params["heads"]["shared"]["unembedding"] - 10.0 * step
+  moved = dict(params, heads={"shared": {"unembedding": table}})
+  assert not np.allclose(forward(moved, tokens, T.Role.AGENT), agent)
+
+
+def test_separate_heads_give_each_role_its_own_output_layer():
+  """`model.separate_heads=True` (ours): two heads over the shared trunk,
+  drawn independently; a role's loss has no gradient on the other head."""
+  cfg = _tiny(separate_heads=True)
+  assert T.head_names(cfg) == ("designer", "agent")
+  assert [T.head_name(cfg, r) for r in T.Role] == ["designer", "agent"]
+  params = T.init_params(cfg, jax.random.key(0))
+  assert _shapes(params["heads"]) == {
+      "designer": {"unembedding": (259, 64)},
+      "agent": {"unembedding": (259, 64)},
   }
-  np.testing.assert_array_equal(forward(same, tokens, T.Role.DESIGNER), agent)
+  heads = params["heads"]
+  assert not np.allclose(
+      heads["designer"]["unembedding"], heads["agent"]["unembedding"]
+  )
+  tokens = jnp.arange(24).reshape(2, 12)
+  agent = _logits(cfg, params, tokens, T.Role.AGENT)
+  assert not np.allclose(_logits(cfg, params, tokens, T.Role.DESIGNER), agent)
+  same = dict(
+      params, heads={"designer": heads["agent"], "agent": heads["agent"]}
+  )
+  np.testing.assert_array_equal(
+      _logits(cfg, same, tokens, T.Role.DESIGNER), agent
+  )
+  grads = {r: _head_grads(cfg, params, tokens, r)["heads"] for r in T.Role}
+  for role, other in ((T.Role.DESIGNER, "agent"), (T.Role.AGENT, "designer")):
+    assert float(jnp.abs(grads[role][role.key]["unembedding"]).max()) > 0
+    np.testing.assert_array_equal(grads[role][other]["unembedding"], 0.0)
+  # A step on the designer's head leaves the agent's logits as they were.
+  step = grads[T.Role.DESIGNER]["designer"]["unembedding"]
+  table = heads["designer"]["unembedding"] - 10.0 * step
+  moved = dict(
+      params,
+      heads={"designer": {"unembedding": table}, "agent": heads["agent"]},
+  )
+  np.testing.assert_array_equal(
+      _logits(cfg, moved, tokens, T.Role.AGENT), agent
+  )
+
+
+def test_parameters_of_the_other_heads_setting_name_the_key_to_set(gemma):
+  """Parameters written with separate heads, applied by a shared-head model
+  (and the reverse): a ValueError naming `model.separate_heads`, not flax's
+  missing-parameter error."""
+  _, shared = gemma
+  separate_cfg = _tiny(separate_heads=True)
+  separate = T.init_params(separate_cfg, jax.random.key(0))
+  tokens = jnp.zeros((1, 3), jnp.int32)
+  with pytest.raises(ValueError, match=r"model\.separate_heads=True to use"):
+    _logits(_tiny(), separate, tokens, T.Role.AGENT)
+  with pytest.raises(ValueError, match=r"model\.separate_heads=False to use"):
+    _logits(separate_cfg, shared, tokens, T.Role.DESIGNER)
+  assert T.heads_mismatch(["shared"], ["shared"]) is None
+  assert "no value of model.separate_heads" in T.heads_mismatch(
+      ["agent"], ["shared"]
+  )
 
 
 def test_qwen_forward_decodes_with_cache(qwen):
@@ -417,7 +499,7 @@ def _reference_forward(cfg, per_layer, tokens, role=T.Role.AGENT):
   x = layers.RMSNorm(cfg.norm_eps, jnp.float32).apply(
       {"params": per_layer["final_norm"]}, x
   )
-  table = per_layer["heads"][T.Role(role).head]["unembedding"]
+  table = per_layer["heads"][T.head_name(cfg, role)]["unembedding"]
   return jnp.einsum("ble,ve->blv", x, table)
 
 
@@ -640,8 +722,8 @@ def test_per_layer_decoding_matches_the_scanned_model(family):
   np.testing.assert_allclose(per_layer[:, 0], full[:, 3], atol=1e-4)
 
 
-def test_role_names_its_head():
-  assert [r.head for r in T.Role] == ["designer", "agent"]
+def test_role_keys():
+  assert [r.key for r in T.Role] == ["designer", "agent"]
   assert T.Role.of("agent") is T.Role.AGENT
   assert T.Role.of("designer") is T.Role.DESIGNER
   with pytest.raises(ValueError, match="designer"):
