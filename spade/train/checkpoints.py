@@ -24,6 +24,8 @@ from absl import logging
 import jax
 import orbax.checkpoint as ocp
 
+from spade.model import transformer
+
 CHECKPOINT_DIR = "checkpoints"
 
 
@@ -172,7 +174,15 @@ def _differs(manager, step: int, abstract_state: Any) -> str | None:
     )
   if any(k[0] == "adapters" for k in only_saved + only_run + shapes):
     parts.append("the LoRA adapters differ: check optim.lora_rank")
+  heads = transformer.heads_mismatch(_heads(saved), _heads(wanted))
+  if heads:
+    parts.append(heads)
   return "; ".join(parts)
+
+
+def _heads(layout) -> set[str]:
+  """The output layers (`params/heads/<name>`) of a state's layout."""
+  return {k[2] for k in layout if k[:2] == ("params", "heads") and len(k) > 2}
 
 
 def abstract_like(state: Any) -> Any:
@@ -192,6 +202,10 @@ def latest_params(config, workdir: str) -> Any | None:
   For evaluation and tools: restores the state item without a target (host
   arrays in their saved layout) and returns its `params`; a step that fails
   to read is skipped with a warning, as in `restore_latest`.
+
+  Raises:
+    CheckpointError: its output layers are not the ones `config.model`
+      builds (`model.separate_heads` differs; the message says what to set).
   """
   directory = os.path.join(workdir, CHECKPOINT_DIR)
   if not os.path.isdir(directory):
@@ -212,5 +226,12 @@ def latest_params(config, workdir: str) -> Any | None:
       )
       continue
     state = restored.state
-    return state["params"] if isinstance(state, dict) else state.params
+    params = state["params"] if isinstance(state, dict) else state.params
+    if "heads" in params:
+      heads = transformer.heads_mismatch(
+          params["heads"], transformer.head_names(config.model)
+      )
+      if heads:
+        raise CheckpointError(f"checkpoint step {step} in {directory}: {heads}")
+    return params
   return None

@@ -91,3 +91,50 @@ def test_a_checkpoint_of_another_config_is_named_not_called_corrupt(tmp_path):
       manager, checkpoints.abstract_like(saved)
   )
   assert step == 1 and state["adapters"]["w"]["a"].shape == (4, 2)
+
+
+def _heads_state(names):
+  return {
+      "params": {
+          "heads": {n: {"unembedding": jnp.zeros((4, 3))} for n in names}
+      },
+      "step": jnp.asarray(0, jnp.int32),
+  }
+
+
+def test_a_checkpoint_of_the_other_heads_setting_names_the_key(tmp_path):
+  """Written with separate heads, resumed or evaluated under the shared
+  default (and the reverse): a CheckpointError that says which value of
+  model.separate_heads builds the checkpoint's heads, not a KeyError."""
+  import pytest  # pylint: disable=g-import-not-at-top
+  from spade import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  separate = _heads_state(("designer", "agent"))
+  manager = checkpoints.make_manager(str(tmp_path / "separate"))
+  checkpoints.save(manager, 1, separate, {})
+  shared = _heads_state(("shared",))
+  with pytest.raises(
+      checkpoints.CheckpointError, match=r"model\.separate_heads=True to use"
+  ) as e:
+    checkpoints.restore_latest(manager, checkpoints.abstract_like(shared))
+  assert "heads/agent, heads/designer" in str(e.value)
+  config = config_lib.base_config()
+  assert not config.model.separate_heads
+  with pytest.raises(
+      checkpoints.CheckpointError, match=r"model\.separate_heads=True to use"
+  ):
+    checkpoints.latest_params(config, str(tmp_path / "separate"))
+  config.model.separate_heads = True
+  params = checkpoints.latest_params(config, str(tmp_path / "separate"))
+  assert set(params["heads"]) == {"designer", "agent"}
+  # The reverse: a shared-head checkpoint under separate_heads=True.
+  manager = checkpoints.make_manager(str(tmp_path / "shared"))
+  checkpoints.save(manager, 1, shared, {})
+  with pytest.raises(
+      checkpoints.CheckpointError, match=r"model\.separate_heads=False to use"
+  ):
+    checkpoints.restore_latest(manager, checkpoints.abstract_like(separate))
+  with pytest.raises(
+      checkpoints.CheckpointError, match=r"model\.separate_heads=False to use"
+  ):
+    checkpoints.latest_params(config, str(tmp_path / "shared"))
