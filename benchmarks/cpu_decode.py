@@ -17,9 +17,10 @@ time (its prefill), over `--tokens - 1` steps, best of `--repeats`. The
 bound is this machine's read bandwidth, measured in the same run (numpy
 summing a 1 GiB float32 array, best of 3), over the bytes one step must
 read: every weight except the input embedding (a step gathers `rows` of it)
-and the other role's output layer. Each variant's greedy tokens on the
-parity prompts (`tests/model/reference_outputs.json`, transformers' greedy
-continuation of the same file) are compared with float32's. The last line:
+and, with `model.separate_heads`, the other role's output layer. Each
+variant's greedy tokens on the parity prompts
+(`tests/model/reference_outputs.json`, transformers' greedy continuation of
+the same file) are compared with float32's. The last line:
 
   model=... read_gbs=... <variant>_rows<R>_tok_s=... <variant>_rows<R>_bound_frac=... <variant>_parity=...
 """
@@ -62,13 +63,15 @@ def read_bandwidth() -> float:
   return a.nbytes / best / 1e9
 
 
-def step_bytes(params) -> int:
+def step_bytes(params, model_config) -> int:
   """Bytes one decode step reads: all weights but the input embedding and
-  the agent's output layer (the designer head samples)."""
+  any output layer but the designer's (`transformer.head_name`: the
+  designer samples)."""
+  head = transformer.head_name(model_config, transformer.Role.DESIGNER)
   total = 0
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
     names = [str(getattr(k, "key", k)) for k in path]
-    if "input_embedding" in names or ("heads" in names and "agent" in names):
+    if "input_embedding" in names or (names[0] == "heads" and names[1] != head):
       continue
     total += leaf.size * leaf.dtype.itemsize
   return total
@@ -99,7 +102,7 @@ def main(argv=None) -> None:
     m = config.model.copy_and_resolve_references()
     m.dtype, m.param_dtype = dtype, param_dtype
     params = jax.tree.map(lambda x: x.astype(param_dtype), params32)
-    nbytes = step_bytes(params)
+    nbytes = step_bytes(params, m)
     sampler = sampler_lib.Sampler(
         *transformer.sampling_fns(m, transformer.Role.DESIGNER), pad_id=0
     )

@@ -183,20 +183,21 @@ def machine_bounds() -> dict[str, float]:
 def decode_bytes_and_flops(config) -> tuple[float, float]:
   """Bytes of weights one decode step must read, and FLOPs per token.
 
-  A step reads every layer weight, the final norm and the one head it
-  samples; the input embedding is only gathered (a row per token). FLOPs per
-  token are 2 per weight read (attention over this benchmark's <= 40-token
-  contexts adds under 1%).
+  A step reads every layer weight, the final norm and the one head the
+  agent samples with (`transformer.head_name`); the input embedding is only
+  gathered (a row per token). FLOPs per token are 2 per weight read
+  (attention over this benchmark's <= 40-token contexts adds under 1%).
   """
   m = architecture.ModelConfig.from_config(config.model)
   params = jax.eval_shape(
       lambda: transformer.init_params(config.model, jax.random.PRNGKey(0))
   )
   itemsize = np.dtype(m.param_dtype).itemsize
+  head = transformer.head_name(config.model, transformer.Role.AGENT)
   read = 0
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
     names = [getattr(p, "key", str(p)) for p in path]
-    if names[0] == "embedder" or names[:2] == ["heads", "designer"]:
+    if names[0] == "embedder" or names[0] == "heads" and names[1] != head:
       continue
     read += int(np.prod(leaf.shape))
   return float(read * itemsize), float(2 * read)
