@@ -155,6 +155,10 @@ def get_config(arg=None):
   c.optim.kl_coef = 0.0
   c.optim.epochs = 1
   c.optim.num_minibatches = 1
+  # --global-batch-size 192: designs first, agent episodes duplicated or
+  # trimmed to 192 samples (`batching.shape_batch`); the CPU twins keep it
+  # (their few episodes are copies, not extra rows).
+  c.optim.global_batch_size = 192
   # The window already delays the designer's rows to its end (4 rollouts,
   # --spade-proposer-training-delay 4).
   c.optim.designer_delay = 0
@@ -201,6 +205,9 @@ def _rlve(c):
   c.designer.num_envs = 16
   c.agent.plays_per_iteration = 0  # a fixed 16 plays per environment
   c.agent.episodes_per_env = 16  # --spade-trajectories-per-game 16
+  # --global-batch-size 256 (slime/fixed_env_rollout.py fills it with
+  # copies drawn at random, ours round-robin, and trims to it).
+  c.optim.global_batch_size = 256
   c.agent.play_hinted = False
   c.agent.temperature = 1.0  # --spade-actor-temperature 1.0
   # RLVE's verifier gets the whole reply (fixed_env_orchestrator.

@@ -37,6 +37,10 @@ def get_config(arg=None):
   # A byte model's context holds only the instructions' tail: cut them from
   # the left (ours) instead of refusing the budget.
   c.designer.prompt_overflow = "cut_left"
+  # The base's batch of 192 samples stays: a few episodes fill it as
+  # copies, so the update scores no extra row. Under `learn` (no designer)
+  # its 32 unhinted episodes count 6 times each, so an episode's row weighs
+  # 6 / 192 = 1 / 32, as it did divided by the rows there were.
   if arg == "smoke":
     c.num_iterations = 1
     c.designer.num_envs = 1

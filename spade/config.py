@@ -438,10 +438,17 @@ def base_config() -> ConfigDict:
   c.optim.agent_loss_weight = 1.0
   # How the policy loss is reduced: "sample_mean" (slime as the reference
   # runs it, no --calculate-per-token-loss): each row's token mean, summed
-  # over both roles' rows and divided by the rows there were (zero-advantage
-  # rows included); "token_mean" (ours): each role's token mean, the roles
-  # added with their loss weights.
+  # over both roles' rows and divided by the batch's samples (zero-advantage
+  # rows included; `global_batch_size` below); "token_mean" (ours): each
+  # role's token mean, the roles added with their loss weights.
   c.optim.loss_reduction = "sample_mean"
+  # The update's batch in samples (a design or an agent episode each), as
+  # the reference's --global-batch-size 192 shapes it (`selfplay.batching.
+  # shape_batch`): designs first, agent episodes duplicated round-robin to
+  # fill it or trimmed from its end, the loss divided by its real samples;
+  # by copy counts, so no extra row is scored. 0 (ours): every row once,
+  # divided by the rows there were. "sample_mean" only.
+  c.optim.global_batch_size = 192
   c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
   # The last iteration scores the open window on its plays so far and trains
   # every designer row still waiting (the reference flushes its buffer at
@@ -792,6 +799,11 @@ def tpu_pod_config(
   m.remat = "full"
   c.optim.kl_coef = 0.0
   c.optim.designer_delay = 4  # the reference waits 4 or 8 iterations
+  # The reference's global batch is its unhinted plays an iteration (192 =
+  # 24 games x ceil(192 / 24)); these configs play 16 a game, so theirs is
+  # 384: a closing window's designs still take the place of as many agent
+  # episodes, and no iteration trims half of what it played.
+  c.optim.global_batch_size = c.designer.num_envs * c.agent.episodes_per_env
 
   # `spade.compile` checks the update at the reference's rollout size: 1024
   # agent turns of up to 4096 tokens, 32 designs of up to 6144.
@@ -960,6 +972,19 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
   if not 0.0 <= d.tau_acc <= 1.0:
     raise ConfigError(
         f"config.difficulty.tau_acc={d.tau_acc} must be in [0, 1]"
+    )
+  o = config.optim
+  if o.global_batch_size < 0:
+    raise ConfigError(
+        f"config.optim.global_batch_size={o.global_batch_size} must be >= 0"
+        " (0: no batch shaping)"
+    )
+  if o.global_batch_size and o.loss_reduction != "sample_mean":
+    raise ConfigError(
+        f"config.optim.global_batch_size={o.global_batch_size} shapes the"
+        ' batch of config.optim.loss_reduction="sample_mean" only; with'
+        f" loss_reduction={o.loss_reduction!r} set"
+        " config.optim.global_batch_size=0"
     )
   if config.optim.lora_rank < 0:
     raise ConfigError(

@@ -68,6 +68,7 @@ def test_impossible_combination_rejected():
         ("agent.rows_per_call", -1, "rows_per_call=-1 must be >= 0"),
         ("sampling.prefill_chunk", -8, "prefill_chunk=-8 must be >= 0"),
         ("optim.lora_rank", -2, "lora_rank=-2 must be >= 0"),
+        ("optim.global_batch_size", -1, "global_batch_size=-1 must be >= 0"),
     ],
 )
 def test_negative_sizes_rejected(key, value, needle):
@@ -166,6 +167,9 @@ def test_the_recipe_has_the_references_optimizer_and_the_base_says_which_not():
   assert (recipe.b1, recipe.b2) == (0.9, 0.98)
   assert recipe.weight_decay_mask == "megatron"
   assert recipe.loss_reduction == "sample_mean"
+  # --global-batch-size 192: the update's batch in samples.
+  assert recipe.global_batch_size == 192
+  assert config_lib.base_config().optim.global_batch_size == 192
   base = config_lib.base_config().optim
   assert (base.learning_rate, base.weight_decay, base.b2) == (1e-5, 0.0, 0.999)
   with open(os.path.join(ROOT, "README.md")) as f:
@@ -187,3 +191,17 @@ def test_one_output_layer_for_both_roles_is_the_default():
   base.model.separate_heads = True
   config_lib.validate(base)
   assert transformer.head_names(base.model) == ("designer", "agent")
+
+
+def test_a_global_batch_is_refused_with_the_token_mean():
+  # The batch's samples divide only slime's sum of sample means.
+  c = config_lib.base_config()
+  c.optim.loss_reduction = "token_mean"
+  with pytest.raises(config_lib.ConfigError) as e:
+    config_lib.validate(c)
+  message = str(e.value)
+  assert "\n" not in message
+  assert "optim.global_batch_size=192" in message
+  assert "optim.loss_reduction" in message and "token_mean" in message
+  c.optim.global_batch_size = 0
+  config_lib.validate(c)

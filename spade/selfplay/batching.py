@@ -13,11 +13,18 @@ is one program.
 Rows are right-padded to a power-of-two length bucket and the row count to a
 multiple of `row_multiple` (the mesh's batch-axis size) with zero-weight rows,
 so the jitted update compiles for a handful of shapes only.
+
+`shape_batch` sizes the update's batch to `optim.global_batch_size` samples
+as the reference's does (designer samples first, agent samples duplicated
+round-robin to fill it or trimmed from the end), by copy counts: a row
+duplicated k times is batched once with weight k (`Row.copies`), a trimmed
+one not at all, so no extra row is ever scored.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 import numpy as np
 
@@ -36,6 +43,9 @@ class Row:
   # tokens of a whole episode (its replies), False on what the environment
   # said between them; `logprobs` is then aligned with `completion_ids`.
   mask: tuple[bool, ...] | None = None
+  # The samples of the shaped batch this row stands for (`shape_batch`): an
+  # agent episode the batch holds k times is one row of weight k.
+  copies: int = 1
 
   def __post_init__(self):
     # Tuples, so a row is hashable, comparable and safe to share.
@@ -69,7 +79,8 @@ def make_batch(
 
   Returns:
     {"tokens", "positions", "input_mask", "loss_mask", "old_logprobs",
-    "advantages", "weights"} as numpy arrays.
+    "advantages", "weights"} as numpy arrays; a row's weight is its
+    `copies`, a padding row's 0.
   """
   clipped = []
   for r in rows:
@@ -118,7 +129,7 @@ def make_batch(
       loss_mask[i, start : start + len(r.mask)] = r.mask
     old_logprobs[i, start : start + len(r.logprobs)] = r.logprobs
     advantages[i] = r.advantage
-    weights[i] = 1.0
+    weights[i] = r.copies
   return {
       "tokens": tokens,
       "positions": positions,
@@ -128,3 +139,85 @@ def make_batch(
       "advantages": advantages,
       "weights": weights,
   }
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchShape:
+  """How many times the update's batch holds each sample, in its order:
+  the designer's samples, then the agent's (`shape_batch`)."""
+
+  designer: tuple[int, ...]
+  agent: tuple[int, ...]
+
+  @property
+  def real(self) -> int:
+    """The batch's samples, copies included: the loss's divisor (the
+    reference's padding copies carry no loss and its real samples' rewards
+    are scaled by global batch / real, so its loss too divides by them)."""
+    return sum(self.designer) + sum(self.agent)
+
+  @property
+  def trimmed(self) -> int:
+    """Samples left out to keep the batch at its size."""
+    return sum(c == 0 for c in self.designer + self.agent)
+
+  @property
+  def duplicated(self) -> int:
+    """Copies of agent samples added to fill the batch."""
+    return sum(max(c - 1, 0) for c in self.agent)
+
+
+def shape_batch(
+    num_designer: int, num_agent: int, global_batch_size: int
+) -> BatchShape:
+  """Copy counts that make the reference's batch of `global_batch_size`.
+
+  The reference (`spade/core/orchestrator.py`, collect_trajectories stage
+  7; `spade/slime/spade_rollout.py`, the batch after the delayed designer
+  rows): designer samples first, then the agent's; fewer agent samples than
+  the batch leaves are duplicated round-robin up to that count
+  (`trajectory_build.upsample_trajectories`: the originals, then copies of
+  the first, the second, ...); a longer batch is cut at its size, from the
+  end; a shorter one is padded with copies that carry no loss.
+
+  Args:
+    num_designer: the designer's samples (designs), in order.
+    num_agent: the agent's samples (episodes), in order.
+    global_batch_size: the batch's samples; 0 leaves every sample once.
+
+  Returns:
+    Each sample's copies (0: trimmed).
+  """
+  designer, agent = [1] * num_designer, [1] * num_agent
+  if global_batch_size <= 0:
+    return BatchShape(tuple(designer), tuple(agent))
+  wanted = global_batch_size - num_designer
+  if 0 < num_agent < wanted:
+    extra = wanted - num_agent
+    agent = [
+        1 + extra // num_agent + (i < extra % num_agent)
+        for i in range(num_agent)
+    ]
+  # Upsampling fills the batch exactly, so only unduplicated samples are
+  # ever trimmed, and the order of the copies does not matter here.
+  left, copies = global_batch_size, []
+  for c in designer + agent:
+    copies.append(min(c, left))
+    left -= copies[-1]
+  return BatchShape(tuple(copies[:num_designer]), tuple(copies[num_designer:]))
+
+
+def with_copies(
+    samples: Sequence[Sequence[Row]], copies: Sequence[int]
+) -> list[Row]:
+  """Each sample's rows with its copy count (`shape_batch`); a trimmed
+  sample's rows are left out. A sample may have no rows (no signal) or
+  several (an episode trained turn by turn)."""
+  if len(samples) != len(copies):
+    raise ValueError(f"{len(samples)} samples but {len(copies)} copy counts")
+  return [
+      dataclasses.replace(r, copies=k) if k != r.copies else r
+      for rows, k in zip(samples, copies)
+      if k
+      for r in rows
+  ]

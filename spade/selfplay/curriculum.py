@@ -124,7 +124,7 @@ class LoopState:
     # learning_potential's per-skill trackers (skill -> [fast, slow, seen]).
     self.lp: dict[str, list[float]] = {}
     # (iteration made, rows): designer rows waiting `optim.designer_delay`.
-    self.delayed: list[tuple[int, list[batching.Row]]] = []
+    self.delayed: list[tuple[int, list[batching.Row | None]]] = []
     # The pool being played and its plays (`records.Window`), or None.
     self.window = None
     # adaptive mode: one difficulty window per environment of the family,
@@ -140,12 +140,16 @@ class LoopState:
   def delay_designer_rows(
       self,
       iteration: int,
-      rows: list[batching.Row],
+      rows: list[batching.Row | None],
       delay: int,
       flush: bool = False,
-  ) -> list[batching.Row]:
+  ) -> list[batching.Row | None]:
     """Queues this iteration's designer rows; returns the rows now due
     (with `flush`, every queued row: the run's last iteration).
+
+    None stands for a design without signal (`score.designer_samples`):
+    never batched, it still counts among the update's samples
+    (`optim.global_batch_size`) in its place.
 
     Delayed rows keep the sampler's logprobs from when they were made, so
     their importance ratios (truncated at `optim.max_importance_weight` in
@@ -153,7 +157,7 @@ class LoopState:
     `--spade-proposer-training-delay` does.
     """
     self.delayed.append((iteration, list(rows)))
-    due: list[batching.Row] = []
+    due: list[batching.Row | None] = []
     while self.delayed and (flush or self.delayed[0][0] + delay <= iteration):
       due.extend(self.delayed.pop(0)[1])
     return due
@@ -320,7 +324,13 @@ class LoopState:
         "corpus": self.corpus.state() if self.corpus is not None else None,
         "archive": self.archive.state_dict(),
         "delayed": [
-            [it, [dataclasses.asdict(r) for r in rows]]
+            [
+                it,
+                [
+                    dataclasses.asdict(r) if r is not None else None
+                    for r in rows
+                ],
+            ]
             for it, rows in self.delayed
         ],
         "window": self.window.to_json() if self.window is not None else None,
@@ -337,7 +347,7 @@ class LoopState:
         self.config.memory, state["archive"]
     )
     self.delayed = [
-        (int(it), [batching.Row(**r) for r in rows])
+        (int(it), [batching.Row(**r) if r is not None else None for r in rows])
         for it, rows in state.get("delayed", [])
     ]
     window = state.get("window")

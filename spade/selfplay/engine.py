@@ -457,8 +457,9 @@ class Engine:
       samples: int = 0,
   ) -> dict[str, float]:
     """One shared update of both roles on the given rows; `samples` (the
-    rows of both roles there were, with or without signal; 0: the rows
-    given) divides the loss under `optim.loss_reduction="sample_mean"`."""
+    batch's samples, `score.update_rows`; 0: the rows given) divides the
+    loss under `optim.loss_reduction="sample_mean"`, each row weighted by
+    its `copies`."""
     batch = {
         "agent": self._batch(agent_rows),
         "designer": self._batch(designer_rows),

@@ -14,10 +14,12 @@ One iteration (see DESIGN.md); each phase makes typed records
   3. score     returns R[env, k, hinted] -> `Scores`: regret, designer
                rewards and advantages, in one jitted function
                (spade.regret.scoring).
-  4. update    rows with signal only (advantage != 0) -> one jitted, sharded,
-               donated update of the shared parameters (spade.train.update);
-               designer rows wait `optim.designer_delay` iterations in the
-               loop state; an iteration without signal skips the update.
+  4. update    rows with signal only (advantage != 0), weighted to make the
+               reference's batch of `optim.global_batch_size` samples
+               (`score.update_rows`) -> one jitted, sharded, donated update
+               of the shared parameters (spade.train.update); designer rows
+               wait `optim.designer_delay` iterations in the loop state; an
+               iteration without signal skips the update.
   5. memory, metrics (metrics.jsonl + TensorBoard), programs and verdicts
      under WORKDIR/programs/iter_NNNNNN/, and an orbax checkpoint of the whole
      state (train state + loop state) every `train.checkpoint_every`
@@ -115,7 +117,8 @@ class Trainer:
       self, it, agent_rows, designer_rows, samples: int = 0
   ) -> tuple[dict, float]:
     """One shared update on the rows with signal (skipped without any),
-    `samples` the rows there were; returns its metrics and seconds."""
+    `samples` the loss's divisor (`score.update_rows`); returns its metrics
+    and seconds."""
     t = time.perf_counter()
     if not agent_rows and not designer_rows:
       console.say(
@@ -165,7 +168,7 @@ class Trainer:
     )
     scores = score_lib.score(c, [], envs, *score_lib.returns(c, envs, episodes))
     self.state.update_difficulty(scores)  # adaptive mode: windows learn
-    agent_rows, total = score_lib.agent_rows(c, episodes, scores)
+    agent_samples, total = score_lib.agent_samples(c, episodes, scores)
     compact = {}
     if c.agent.compact_filter:
       filtered, trainable = score_lib.compact_filtered(c, episodes)
@@ -188,21 +191,26 @@ class Trainer:
     closes = flush or it + 1 - window.start >= max(1, interval)
     # Regret, designer rewards and memory stats: over the window's plays.
     window_scores = score_lib.score(c, window.designs, envs, *window.arrays())
-    designer_rows = []
+    designer_samples = []
     if closes:
       window_scores, self.state.lp = score_lib.window_rewards(
           c, window, window_scores, total, self.state.lp
       )
-      designer_rows, designer_total = score_lib.designer_rows(
+      designer_samples = score_lib.designer_samples(
           window.designs, window_scores
       )
-      total += designer_total
+      total += len(window.designs)
       self._remember(it, envs, window_scores)
     self.state.window = None if closes else window
     due = self.state.delay_designer_rows(
-        it, designer_rows, c.optim.designer_delay, flush=flush
+        it, designer_samples, c.optim.designer_delay, flush=flush
     )
-    update_metrics, update_s = self.update(it, agent_rows, due, total)
+    # The batch of `optim.global_batch_size` samples: designs first, agent
+    # episodes duplicated or trimmed by copy counts.
+    agent_rows, due_rows, samples, shaping = score_lib.update_rows(
+        c, agent_samples, due, total
+    )
+    update_metrics, update_s = self.update(it, agent_rows, due_rows, samples)
     self._save_programs(
         it, designed.designs, envs, scores, window_scores, episodes
     )
@@ -223,8 +231,9 @@ class Trainer:
         closes=closes,
         rows=(
             len(agent_rows),
-            len(due),
-            len(agent_rows) + len(designer_rows),
+            len(due_rows),
+            sum(map(len, agent_samples))
+            + sum(r is not None for r in designer_samples),
             total,
         ),
         timings=timings,
@@ -235,6 +244,7 @@ class Trainer:
         extra={
             **designed.metrics,
             **update_metrics,
+            **shaping,
             **self.state.metrics(
                 replayed=sum(e.origin == "replay" for e in envs),
                 total=len(envs),

@@ -1,8 +1,10 @@
 """Score: returns R[env, k, hinted] -> `Scores` -> the update's rows.
 
 `returns` reads played episodes into arrays, `score` computes every score
-from arrays (one jitted call, `spade.regret.scoring`), and `agent_rows` and
-`designer_rows` keep the rows that carry signal (advantage != 0).
+from arrays (one jitted call, `spade.regret.scoring`), `agent_samples` and
+`designer_samples` keep the rows that carry signal (advantage != 0) in the
+samples they belong to, and `update_rows` shapes them into the update's
+batch (`optim.global_batch_size`).
 """
 
 from __future__ import annotations
@@ -88,23 +90,27 @@ def score(
   )
 
 
-def agent_rows(
+def agent_samples(
     config: ml_collections.ConfigDict,
     episodes: list[records.Episode],
     scores: records.Scores,
-) -> tuple[list[batching.Row], int]:
-  """The agent's update rows with signal, and the rows there were.
+) -> tuple[list[list[batching.Row]], int]:
+  """The agent's samples in play order, each its rows with signal, and the
+  rows there were.
 
-  A row whose advantage is 0 (its group's returns were all equal) adds
-  nothing to the gradient, so it is not batched; episodes of a failed
-  environment and, unless `agent.train_on_hinted`, hinted episodes are not
-  trained on. Under `agent.compact_filter` (the reference's
-  --spade-compact-filter) an episode the environment did not terminate
-  (truncated, cut off, out of turns or context) counts but carries no loss;
-  its return still counts in its group's advantages. A reply marked
-  untrained (`Turn.trained`) carries no loss either.
+  A sample is one trained episode with a reply (a trajectory, as the
+  reference's batch counts them): its one row (`Episode.exact`) or its
+  turns' rows, none where it carries no signal. A row whose advantage is 0
+  (its group's returns were all equal) adds nothing to the gradient, so it
+  is not batched; episodes of a failed environment and, unless
+  `agent.train_on_hinted`, hinted episodes are not trained on. Under
+  `agent.compact_filter` (the reference's --spade-compact-filter) an episode
+  the environment did not terminate (truncated, cut off, out of turns or
+  context) counts but carries no loss; its return still counts in its
+  group's advantages. A reply marked untrained (`Turn.trained`) carries no
+  loss either.
   """
-  rows, total = [], 0
+  samples, total = [], 0
   for ep in episodes:
     if ep.env_failed or (ep.hinted and not config.agent.train_on_hinted):
       continue
@@ -115,6 +121,7 @@ def agent_rows(
       # The whole episode as one row: replies unmasked, the environment's
       # words between them masked, scored once.
       total += 1
+      rows = []
       if a != 0.0 and any(ep.token_mask[ep.prompt_len :]):
         rows.append(
             batching.Row(
@@ -125,16 +132,31 @@ def agent_rows(
                 mask=ep.token_mask[ep.prompt_len :],
             )
         )
+      samples.append(rows)
       continue
-    for turn in ep.turns:
-      if not turn.completion_ids:
-        continue
-      total += 1
-      if a != 0.0 and turn.trained:
-        rows.append(
+    replies = [turn for turn in ep.turns if turn.completion_ids]
+    if not replies:
+      continue
+    total += len(replies)
+    samples.append(
+        [
             batching.Row(turn.prompt(ep), turn.completion_ids, turn.logprobs, a)
-        )
-  return rows, total
+            for turn in replies
+            if a != 0.0 and turn.trained
+        ]
+    )
+  return samples, total
+
+
+def agent_rows(
+    config: ml_collections.ConfigDict,
+    episodes: list[records.Episode],
+    scores: records.Scores,
+) -> tuple[list[batching.Row], int]:
+  """The agent's update rows with signal, and the rows there were (one an
+  exact episode, else one a reply): `agent_samples` unbatched."""
+  samples, total = agent_samples(config, episodes, scores)
+  return [r for rows in samples for r in rows], total
 
 
 def compact_filtered(
@@ -151,16 +173,61 @@ def compact_filtered(
   return sum(not ep.terminated for ep in trainable), len(trainable)
 
 
-def designer_rows(
+def designer_samples(
     designs: list[records.Design], scores: records.Scores
-) -> tuple[list[batching.Row], int]:
-  """The designer's update rows with signal, and the rows there were."""
-  rows = [
+) -> list[batching.Row | None]:
+  """One entry a design, in order: its update row, or None where its
+  advantage is 0 (it counts among the batch's samples but is not
+  batched)."""
+  return [
       batching.Row(d.prompt_ids, d.completion_ids, d.logprobs, float(a))
-      for d, a in zip(designs, scores.designer_advantages)
       if float(a) != 0.0
+      else None
+      for d, a in zip(designs, scores.designer_advantages)
   ]
-  return rows, len(designs)
+
+
+def update_rows(
+    config: ml_collections.ConfigDict,
+    agent: list[list[batching.Row]],
+    designer: list[batching.Row | None],
+    total: int,
+) -> tuple[list[batching.Row], list[batching.Row], int, dict[str, float]]:
+  """The update's rows, its loss divisor and the batch's metrics.
+
+  With `optim.global_batch_size` > 0 (under `optim.loss_reduction=
+  "sample_mean"`) the batch is the reference's (`batching.shape_batch`):
+  the `designer` samples (None: no signal) first, then the `agent`'s
+  (`agent_samples`), duplicated or trimmed by copy counts, the loss divided
+  by its real samples. With 0, every row once and the loss divided by
+  `total`, the rows there were.
+
+  Returns:
+    (agent rows, designer rows, the divisor, `update/trimmed_samples`,
+    `update/duplicated_samples` and `update/real_samples`).
+  """
+  o = config.optim
+  if o.global_batch_size > 0 and o.loss_reduction == "sample_mean":
+    shape = batching.shape_batch(len(designer), len(agent), o.global_batch_size)
+    agent_rows = batching.with_copies(agent, shape.agent)
+    designer_rows = batching.with_copies(
+        [[r] if r is not None else [] for r in designer], shape.designer
+    )
+    trimmed, duplicated, samples = shape.trimmed, shape.duplicated, shape.real
+  else:
+    agent_rows = [r for rows in agent for r in rows]
+    designer_rows = [r for r in designer if r is not None]
+    trimmed, duplicated, samples = 0, 0, total
+  return (
+      agent_rows,
+      designer_rows,
+      samples,
+      {
+          "update/trimmed_samples": float(trimmed),
+          "update/duplicated_samples": float(duplicated),
+          "update/real_samples": float(samples),
+      },
+  )
 
 
 def timed_out(num_envs: int, episodes: list[records.Episode]) -> list[bool]:

@@ -122,10 +122,12 @@ def _logprobs(model, params, sub, role, chunk: int = 256) -> jax.Array:
 
 
 def sample_weights(batch: Batch, samples: int) -> Batch:
-  """The batch with each real row's weight 1 / `samples` (the rows of both
-  roles there were, those without signal included), for
-  `optim.loss_reduction="sample_mean"`: slime divides the sum of per-sample
-  means by its global batch, whose zero-advantage samples count too."""
+  """The batch with each real row's weight divided by `samples` (the
+  batch's samples of both roles, those without signal included:
+  `selfplay.score.update_rows`), for `optim.loss_reduction="sample_mean"`:
+  slime divides the sum of per-sample means by its global batch, whose
+  zero-advantage samples count too. A row's weight before is its copies in
+  the batch (1 unless `optim.global_batch_size` duplicated it)."""
   scale = 1.0 / max(int(samples), 1)
   return {
       name: {**sub, "weights": np.asarray(sub["weights"], np.float32) * scale}

@@ -367,14 +367,15 @@ def test_delayed_designer_rows_survive_the_checkpoint():
   c = _config()
   state = curriculum_lib.LoopState(c)
   row = batching.Row([1, 2], [3], [-0.5], 0.25)
-  assert state.delay_designer_rows(0, [row], delay=2) == []
+  # None: a design without signal, kept in its place in the batch's count.
+  assert state.delay_designer_rows(0, [row, None], delay=2) == []
   assert state.delay_designer_rows(1, [], delay=2) == []
   # The checkpoint keeps the loop state as JSON; a resume loads it.
   saved = json.loads(json.dumps(state.state()))
   resumed = curriculum_lib.LoopState(c)
   resumed.load(saved)
-  assert resumed.delay_designer_rows(2, [], delay=2) == [row]
-  assert state.delay_designer_rows(2, [], delay=2) == [row]
+  assert resumed.delay_designer_rows(2, [], delay=2) == [row, None]
+  assert state.delay_designer_rows(2, [], delay=2) == [row, None]
 
 
 def test_exchange_keys_are_deleted_once_every_process_read_them(monkeypatch):
@@ -489,6 +490,42 @@ def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
   row = batching.Row([1, 2], [3], [-0.5], 0.25)
   assert state.delay_designer_rows(0, [row], delay=4) == []
   assert state.delay_designer_rows(1, [], delay=4, flush=True) == [row]
+
+
+def test_the_update_batch_is_shaped_to_the_global_batch(monkeypatch):
+  # 2 designs (one window of one iteration) and 2 x 2 unhinted episodes: a
+  # batch of 4 keeps the designs and trims the last environment's two
+  # episodes; a batch of 10 duplicates the 4 episodes to 8 samples.
+  c = _config(**{"designer.num_envs": 2, "designer.samples_per_prompt": 2})
+  c.designer.regeneration_interval = 1
+  c.memory.enabled = False
+
+  def play(config, engine, executor, it, envs, hinted_arm=True, **kwargs):
+    del config, engine, executor, it, kwargs
+    eps = []
+    for e in range(len(envs)):
+      for k in range(2):
+        eps.append(_episode(e, k, False, [1.0 if k == 0 else 0.0]))
+        if hinted_arm:
+          eps.append(_episode(e, k, True, [1.0]))
+    return eps, rollout.RolloutStats()
+
+  monkeypatch.setattr(play_lib, "play", play)
+  for size, want in (
+      (4, dict(trimmed=2, duplicated=0, real=4, copies=[1, 1])),
+      (10, dict(trimmed=0, duplicated=4, real=10, copies=[2, 2, 2, 2])),
+      (0, dict(trimmed=0, duplicated=0, real=6, copies=[1, 1, 1, 1])),
+  ):
+    c.optim.global_batch_size = size
+    t = _trainer(c)
+    m = t.iteration(0)
+    agent_rows, _ = t.engine.updates[-1]
+    assert [r.copies for r in agent_rows] == want["copies"], size
+    assert t.engine.samples == want["real"]
+    assert m["update/trimmed_samples"] == want["trimmed"]
+    assert m["update/duplicated_samples"] == want["duplicated"]
+    assert m["update/real_samples"] == want["real"]
+    assert m["train/rows_total"] == 6  # 2 designs and 4 episodes
 
 
 def test_the_solvability_audit_refuses_what_the_designer_judges_unwinnable():
