@@ -72,6 +72,10 @@ def get_config(arg=None):
   c.optim.learning_rate = 3e-3
   c.optim.eps = 1e-3
   c.optim.epochs = 3
+  # Ours: no batch shaping (every row once, the loss over the rows there
+  # were), as the experiment was measured; at the reference's 192 the 8
+  # designs' share of the loss falls from 8/72 to 8/192.
+  c.optim.global_batch_size = 0
 
   # One prompt for every design: no document, one skill, a prompt budget
   # shorter than the instructions (their identical tail is kept).
