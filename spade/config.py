@@ -194,6 +194,10 @@ def base_config() -> ConfigDict:
   # success criteria (self._message_criteria) raise on the state reset()
   # builds at seeds 0, 1 and 2. False: off, as in its games recipe.
   c.environments.reset_gate = False
+  # True (the reference's _hung_game_blacklist): a program whose play hung
+  # (an environment call past its budget) is not played again in the run;
+  # False: played again (ours before).
+  c.environments.blacklist_hung = True
 
   c.designer = ConfigDict()
   c.designer.num_envs = 2
@@ -379,6 +383,10 @@ def base_config() -> ConfigDict:
   # play unhinted only: its static pool never regenerates, so it never plays
   # hinted). train.mode="adaptive" never plays hinted.
   c.agent.play_hinted = True
+  # Times an unhinted play whose environment failed (not by hanging) is
+  # played again, same seed (the reference's play_games_async: 1); 0: dropped
+  # at once (ours before).
+  c.agent.retry_failed_plays = 1
 
   c.regret = ConfigDict()
   # "hint" | "max" | "learnability" | "lcb" | "reference" | "solve_rate"
@@ -930,6 +938,11 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError("config.memory.replay_fraction must be in [0, 1]")
   if config.num_iterations < 0:
     raise ConfigError("config.num_iterations must be >= 0")
+  if config.agent.retry_failed_plays < 0:
+    raise ConfigError(
+        "config.agent.retry_failed_plays="
+        f"{config.agent.retry_failed_plays} must be >= 0 (0: no retry)"
+    )
   if config.agent.rows_per_call < 0:
     raise ConfigError(
         f"config.agent.rows_per_call={config.agent.rows_per_call} must be"

@@ -66,6 +66,7 @@ def test_impossible_combination_rejected():
     "key, value, needle",
     [
         ("agent.rows_per_call", -1, "rows_per_call=-1 must be >= 0"),
+        ("agent.retry_failed_plays", -1, "retry_failed_plays=-1 must be >= 0"),
         ("sampling.prefill_chunk", -8, "prefill_chunk=-8 must be >= 0"),
         ("optim.lora_rank", -2, "lora_rank=-2 must be >= 0"),
         ("optim.global_batch_size", -1, "global_batch_size=-1 must be >= 0"),
@@ -176,6 +177,15 @@ def test_the_recipe_has_the_references_optimizer_and_the_base_says_which_not():
     readme = " ".join(f.read().split())
   for words in ("learning rate 1e-5", "weight decay 0", "b2 0.999"):
     assert words in readme, words
+
+
+def test_failed_plays_are_retried_once_and_hung_games_blacklisted():
+  """The reference plays a failed play again once (`play_games_async`,
+  `max_attempts=2`) and keeps a game that hung out of later plays
+  (`_hung_game_blacklist`, core/orchestrator.py)."""
+  for c in (config_lib.base_config(), _load("reference_recipe")):
+    assert c.agent.retry_failed_plays == 1
+    assert c.environments.blacklist_hung is True
 
 
 def test_one_output_layer_for_both_roles_is_the_default():

@@ -56,6 +56,9 @@ class Episode:
     env_failed: the environment crashed, timed out or misbehaved; such an
       episode is masked out of its group and out of the update.
     error: what failed, when something did.
+    failure: the reason code of an environment failure ("call_timeout",
+      "sandbox_lost", "crash", ...; "prompt" when the environment's words
+      cannot fit the prompt), None when the environment did not fail.
   """
 
   env_index: int
@@ -69,6 +72,7 @@ class Episode:
   truncated: bool
   env_failed: bool = False
   error: str | None = None
+  failure: str | None = None
   # The episode as one token sequence, exactly as the sampler saw it: the
   # first prompt, then each reply's sampled tokens and the environment's
   # answer rendered between them, up to the end of the last reply;

@@ -280,11 +280,24 @@ class RolloutStats:
   # its rows x the steps its longest reply took) and the tokens it made.
   decode_row_steps: int = 0
   tokens_generated: int = 0
+  # Unhinted plays played again after their environment failed, and those
+  # whose environment failed in the end (`retry_failed`).
+  retried_plays: int = 0
+  dropped_plays: int = 0
 
   @property
   def padding_ratio(self) -> float:
     """Decode row-steps per generated token (1.0: no padding)."""
     return self.decode_row_steps / max(self.tokens_generated, 1)
+
+  def plus(self, other: "RolloutStats") -> "RolloutStats":
+    """Both rollouts' figures summed (a retry round after the first)."""
+    return RolloutStats(
+        **{
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in dataclasses.fields(self)
+        }
+    )
 
 
 # What the reference appends to the observation after a malformed tool call
@@ -328,6 +341,7 @@ class _Live:
   truncated: bool = False
   env_failed: bool = False
   error: str | None = None
+  failure: str | None = None
   # The running token sequence (see `episodes.Episode.tokens`) while the
   # episode is exact; `end` is its length after the last reply.
   exact: bool = False
@@ -340,6 +354,7 @@ class _Live:
   def fail(self, res: dict) -> None:
     self.done, self.env_failed = True, True
     failure = _failure(res)
+    self.failure = failure["reason"]
     self.error = f"{failure['reason']}: {failure['message']}"
 
   def freeze(self) -> episodes_lib.Episode:
@@ -355,12 +370,69 @@ class _Live:
         truncated=self.truncated,
         env_failed=self.env_failed,
         error=self.error,
+        failure=self.failure,
         tokens=tuple(self.seq[: self.end]),
         token_mask=tuple(self.seq_mask[: self.end]),
         token_logprobs=tuple(self.seq_lp[: self.end]),
         prompt_len=self.prompt_len,
         exact=self.exact,
     )
+
+
+# Failure reasons of an environment call that ran past its budget: the
+# reference's load, reset and step timeouts (`ENV_STEP_TIMEOUT`,
+# core/orchestrator.py), after which it never plays the game again.
+HANG_REASONS = frozenset({"call_timeout", "timeout"})
+# `Episode.failure` of a tool call (`execute_tool`) past its budget: not a
+# hang to the reference, which plays the play again.
+TOOL_TIMEOUT = "tool_call_timeout"
+
+
+def hung(ep: episodes_lib.Episode) -> bool:
+  """The episode ended because an environment call ran past its budget."""
+  return ep.env_failed and ep.failure in HANG_REASONS
+
+
+def retryable(ep: episodes_lib.Episode) -> bool:
+  """An unhinted play whose environment failed for a reason other than a
+  hang: the reference plays such a play again (`play_games_async`); a hang
+  it never plays again, and it plays hinted plays once."""
+  return ep.env_failed and not ep.hinted and not hung(ep)
+
+
+def retry_failed(
+    specs: Sequence[EpisodeSpec],
+    episodes: Sequence[episodes_lib.Episode],
+    stats: RolloutStats,
+    play_again: Callable[
+        [list[EpisodeSpec], int],
+        tuple[list[episodes_lib.Episode], RolloutStats],
+    ],
+    retries: int,
+) -> tuple[list[episodes_lib.Episode], RolloutStats]:
+  """Plays each `retryable` episode again, up to `retries` times.
+
+  The reference's `play_games_async` (`max_attempts=2`): a failed play is
+  played once more and, failing again, dropped (its group is one play
+  short); a play that hung is not played again. `play_again(specs,
+  attempt)` plays the same specs (same environment, seed and sample
+  index), sampling afresh; its episode replaces the failed one. The
+  returned stats count the plays retried and, after the last attempt,
+  the unhinted plays still failed (`agent/retried_plays`,
+  `agent/dropped_plays`).
+  """
+  episodes = list(episodes)
+  for attempt in range(retries):
+    again = [i for i, ep in enumerate(episodes) if retryable(ep)]
+    if not again:
+      break
+    replayed, more = play_again([specs[i] for i in again], attempt)
+    for i, ep in zip(again, replayed):
+      episodes[i] = ep
+    stats = stats.plus(more)
+    stats.retried_plays += len(again)
+  stats.dropped_plays = sum(ep.env_failed and not ep.hinted for ep in episodes)
+  return episodes, stats
 
 
 def unhinted_plays(
@@ -542,7 +614,7 @@ def run_episodes(
       return _prompt_for(ep)
     except ValueError as e:
       ep.done, ep.env_failed = True, True
-      ep.error = f"prompt: {e}"
+      ep.failure, ep.error = "prompt", f"prompt: {e}"
       return None
 
   def _prompt_for(ep):
@@ -687,6 +759,10 @@ def run_episodes(
           if not r.get("ok"):
             ep.turns.append(turn(0.0, ""))
             ep.fail(r)
+            if ep.failure in HANG_REASONS:
+              # The reference's execute_tool timeout fails the play without
+              # blacklisting its game, so the play is tried again.
+              ep.failure = TOOL_TIMEOUT
             break
           value = r.get("value")
           output = value.get("output", "") if isinstance(value, dict) else value

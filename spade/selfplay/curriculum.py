@@ -1,6 +1,7 @@
 """The loop state: grounding cursor, memory archive (with its replay
 buffer), the delayed designer rows, the regeneration window, the
-adaptive mode's difficulty windows and the static pool's draw cursor.
+adaptive mode's difficulty windows, the static pool's draw cursor and the
+programs whose play hung.
 
 All of it is plain host-side state, identical on every process (every process
 makes the same calls in the same order), saved whole as one JSON item in the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -21,6 +23,7 @@ import jax
 import ml_collections
 
 from spade import grounding
+from spade.agent import rollout
 from spade.environments import difficulty as difficulty_lib
 from spade.environments import library
 from spade.selfplay import batching
@@ -136,6 +139,10 @@ class LoopState:
     # fixed_pool with pool_draw="without_replacement": the sorted pool's
     # names, those not yet drawn (in order) and the shuffling generator.
     self.pool_cursor: dict[str, Any] | None = None
+    # `program_key`s of the programs whose play hung (an environment call
+    # past its budget): not played again this run
+    # (`environments.blacklist_hung`).
+    self.hung: set[str] = set()
 
   def delay_designer_rows(
       self,
@@ -209,6 +216,31 @@ class LoopState:
         "rng": _rng_json(rng.getstate()),
     }
     return selected
+
+  def is_hung(self, source: str) -> bool:
+    """Whether the program `source` hung in an earlier play of the run."""
+    return program_key(source) in self.hung
+
+  def hung_indices(self, envs: list[records.Environment]) -> frozenset[int]:
+    """Indices of `envs` whose program hung earlier in the run."""
+    return frozenset(
+        e for e, env in enumerate(envs) if self.is_hung(env.source)
+    )
+
+  def blacklist_hung(
+      self,
+      envs: list[records.Environment],
+      episodes: list[records.Episode],
+  ) -> None:
+    """Adds the programs of `envs` that one of `episodes` (either arm) saw
+    hang (`rollout.hung`) to the blacklist, under
+    `environments.blacklist_hung`; the reference's `_hung_game_blacklist`
+    (core/orchestrator.py), kept for the whole run and checkpointed."""
+    if not self.config.environments.blacklist_hung:
+      return
+    for ep in episodes:
+      if rollout.hung(ep):
+        self.hung.add(program_key(envs[ep.env_index].source))
 
   def documents(self, n: int) -> list[Any]:
     """n grounding documents, or n Nones when grounding is off."""
@@ -313,6 +345,7 @@ class LoopState:
   def metrics(self, *, replayed: int, total: int) -> dict[str, float]:
     """Memory metrics and, in adaptive mode, `difficulty/<environment>`."""
     out = difficulty_lib.metrics(self.difficulty)
+    out["rollout/hung_blacklist_size"] = float(len(self.hung))
     if not self.config.memory.enabled:
       return out
     self.archive.set_replay_fraction(replayed / total if total else 0.0)
@@ -338,6 +371,7 @@ class LoopState:
         "pool_cursor": self.pool_cursor,
         "fifo": self.fifo.state_dict(),
         "lp": self.lp,
+        "hung": sorted(self.hung),
     }
 
   def load(self, state: dict) -> None:
@@ -358,6 +392,7 @@ class LoopState:
     if state.get("fifo") is not None:
       self.fifo.load_state_dict(state["fifo"])
     self.lp = {k: list(v) for k, v in state.get("lp", {}).items()}
+    self.hung = set(state.get("hung", []))
 
   def write_memory_file(self, workdir: str) -> None:
     """Mirrors the archive to WORKDIR/memory.json for the show CLI.
@@ -370,6 +405,11 @@ class LoopState:
     with open(path + ".tmp", "w") as f:
       json.dump(self.archive.state_dict(), f)
     os.replace(path + ".tmp", path)
+
+
+def program_key(source: str) -> str:
+  """A program's name in the hung blacklist: the SHA-256 of its source."""
+  return hashlib.sha256(source.encode()).hexdigest()
 
 
 def _rng_json(state: tuple) -> list:

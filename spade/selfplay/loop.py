@@ -10,7 +10,9 @@ One iteration (see DESIGN.md); each phase makes typed records
                `Design`s.
   2. play      `Environment`s (new valid designs, archive replays, the fixed
                pool or seed programs) -> K episodes without and K with the
-               hint each, all advancing together -> `Episode`s.
+               hint each, all advancing together -> `Episode`s; a failed
+               play is played once more, and a program whose play hung is
+               not played again in the run.
   3. score     returns R[env, k, hinted] -> `Scores`: regret, designer
                rewards and advantages, in one jitted function
                (spade.regret.scoring).
@@ -164,8 +166,15 @@ class Trainer:
       )
     envs = window.envs
     episodes, stats = play_lib.play(
-        c, self.engine, self.envs, it, envs, hinted_arm=window.start == it
+        c,
+        self.engine,
+        self.envs,
+        it,
+        envs,
+        hinted_arm=window.start == it,
+        skip=self.state.hung_indices(envs),
     )
+    self.state.blacklist_hung(envs, episodes)
     scores = score_lib.score(c, [], envs, *score_lib.returns(c, envs, episodes))
     self.state.update_difficulty(scores)  # adaptive mode: windows learn
     agent_samples, total = score_lib.agent_samples(c, episodes, scores)

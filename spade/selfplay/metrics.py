@@ -146,6 +146,10 @@ def iteration_metrics(
           sum(ep.error is not None for ep in episodes)
       ),
       "agent/env_failed_episodes": float(sum(ep.env_failed for ep in episodes)),
+      # Unhinted plays played again after their environment failed, and
+      # those left out of their group, failed after any retry.
+      "agent/retried_plays": float(stats.retried_plays),
+      "agent/dropped_plays": float(stats.dropped_plays),
       "agent/tool_calls": float(stats.tool_calls),
       "agent/malformed_tool_calls": float(stats.malformed_tool_calls),
       "agent/num_envs": float(len(envs)),

@@ -6,13 +6,17 @@ family at each environment's level, `spade.selfplay.adaptive`); `play` runs
 K episodes without and, at regeneration, K with the hint per environment,
 each an independent request to the slot engine (or, with
 `sampling.engine="lockstep"`, in lock-step groups; `spade.agent.rollout`);
-episode k of either arm resets with the same seed.
+episode k of either arm resets with the same seed. An unhinted play whose
+environment failed (not by hanging) is played again
+(`agent.retry_failed_plays`); a program whose play hung is left out for the
+rest of the run (`environments.blacklist_hung`, `LoopState.hung`).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+from typing import Collection
 
 from absl import logging
 import ml_collections
@@ -101,6 +105,15 @@ def environments(
   if c.train.mode == "adaptive":
     envs, state.played_levels = adaptive.environments(c, state, it)
     return envs
+  out = _new_environments(config, state, it, designs, pool)
+  # The reference's Stage 3 (`collect_trajectories`): a program whose play
+  # hung is not played again; nothing takes its place.
+  return [env for env in out if not state.is_hung(env.source)]
+
+
+def _new_environments(config, state, it, designs, pool):
+  """`environments` before the hung programs are left out."""
+  c = config
   out = [
       records.Environment(
           source=d.code,
@@ -153,20 +166,29 @@ def play(
     it: int,
     envs: list[records.Environment],
     hinted_arm: bool,
+    skip: Collection[int] = (),
 ):
   """Plays `rollout.unhinted_plays` episodes without the hint per
   environment and, when `hinted_arm` (and `agent.play_hinted`, never in
   adaptive mode), `score.hint_episodes` with it; returns (episodes,
-  `rollout.RolloutStats`)."""
+  `rollout.RolloutStats`).
+
+  The environments whose indices are in `skip` (programs that hung earlier
+  in the run) are not played, and the plays are shared among the others.
+  Unhinted plays whose environment failed other than by hanging are played
+  again up to `agent.retry_failed_plays` times (`rollout.retry_failed`).
+  """
   c = config
+  playable = [e for e in range(len(envs)) if e not in skip]
   unhinted = rollout.unhinted_plays(
-      len(envs), c.agent.plays_per_iteration, c.agent.episodes_per_env
+      len(playable), c.agent.plays_per_iteration, c.agent.episodes_per_env
   )
   arms = [(False, unhinted)]
   if hinted_arm and c.agent.play_hinted and c.train.mode != "adaptive":
     arms.append((True, score_lib.hint_episodes(c)))
   specs = []
-  for e, env in enumerate(envs):
+  for e in playable:
+    env = envs[e]
     for s in range(max(k for _, k in arms)):
       seed = seed_for(c.seed, it, e, s)
       for hinted, k in arms:
@@ -180,42 +202,62 @@ def play(
       "iteration %d: agent playing %d episodes on %d environments",
       it + 1,
       len(specs),
-      len(envs),
+      len(playable),
   )
+  if skip:
+    console.say(
+        "iteration %d: %d environments left out: their play hung earlier",
+        it + 1,
+        len(envs) - len(playable),
+    )
   rows_per_call = c.agent.rows_per_call
-  if c.sampling.engine == "slots":
-    sampler = engine.agent_server(
-        max_new_tokens=c.agent.max_new_tokens,
-        temperature=c.agent.temperature,
-        top_k=c.agent.top_k,
-        top_p=c.agent.top_p,
+
+  def run(specs, seed):
+    if c.sampling.engine == "slots":
+      sampler = engine.agent_server(
+          max_new_tokens=c.agent.max_new_tokens,
+          temperature=c.agent.temperature,
+          top_k=c.agent.top_k,
+          top_p=c.agent.top_p,
+      )
+    else:
+      sampler = engine.agent_sampler(
+          max_new_tokens=c.agent.max_new_tokens,
+          temperature=c.agent.temperature,
+          top_k=c.agent.top_k,
+          top_p=c.agent.top_p,
+          groups=rollout.num_groups(len(specs), rows_per_call, True),
+          progress=f"iteration {it + 1}: agent sampling",
+      )
+    return rollout.run_episodes(
+        specs,
+        sampler,
+        executor.episodes(),
+        engine.render,
+        max_turns=c.agent.max_turns,
+        max_context=engine.prompt_budget("agent"),
+        seed=seed,
+        overlap=True,
+        rows_per_call=rows_per_call,
+        prompt_style=c.agent.prompt_style,
+        progress=lambda line: console.say("iteration %d: %s", it + 1, line),
+        extend=engine.extend if c.agent.episode_rows else None,
+        stop_ids=tuple(engine.tokenizer.stop_ids),
+        action_rule=c.agent.action,
+        unfinished_reply=c.agent.unfinished_reply,
+        hinted_unfinished_reply=c.agent.hinted_unfinished_reply,
+        full_context=c.agent.full_context,
+        mask_malformed_tool_calls=c.agent.mask_malformed_tool_calls,
     )
-  else:
-    sampler = engine.agent_sampler(
-        max_new_tokens=c.agent.max_new_tokens,
-        temperature=c.agent.temperature,
-        top_k=c.agent.top_k,
-        top_p=c.agent.top_p,
-        groups=rollout.num_groups(len(specs), rows_per_call, True),
-        progress=f"iteration {it + 1}: agent sampling",
+
+  def play_again(again, attempt):
+    console.say(
+        "iteration %d: playing %d failed plays again", it + 1, len(again)
     )
-  return rollout.run_episodes(
-      specs,
-      sampler,
-      executor.episodes(),
-      engine.render,
-      max_turns=c.agent.max_turns,
-      max_context=engine.prompt_budget("agent"),
-      seed=seed_for(c.seed, it, "agent"),
-      overlap=True,
-      rows_per_call=rows_per_call,
-      prompt_style=c.agent.prompt_style,
-      progress=lambda line: console.say("iteration %d: %s", it + 1, line),
-      extend=engine.extend if c.agent.episode_rows else None,
-      stop_ids=tuple(engine.tokenizer.stop_ids),
-      action_rule=c.agent.action,
-      unfinished_reply=c.agent.unfinished_reply,
-      hinted_unfinished_reply=c.agent.hinted_unfinished_reply,
-      full_context=c.agent.full_context,
-      mask_malformed_tool_calls=c.agent.mask_malformed_tool_calls,
+    # The same environments and seeds, sampled afresh.
+    return run(again, seed_for(c.seed, it, "agent", "retry", attempt))
+
+  episodes, stats = run(specs, seed_for(c.seed, it, "agent"))
+  return rollout.retry_failed(
+      specs, episodes, stats, play_again, c.agent.retry_failed_plays
   )

@@ -422,8 +422,8 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
   t = _trainer(c)
   calls = []
 
-  def play(config, engine, executor, it, envs, hinted_arm=True):
-    del config, engine, executor
+  def play(config, engine, executor, it, envs, hinted_arm=True, skip=()):
+    del config, engine, executor, skip
     calls.append((it, [e.source for e in envs], hinted_arm))
     eps = []
     for e in range(len(envs)):
@@ -464,8 +464,8 @@ def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
   c.num_iterations = 1
   c.memory.enabled = False
 
-  def play(config, engine, executor, it, envs, hinted_arm=True):
-    del config, engine, executor, it
+  def play(config, engine, executor, it, envs, hinted_arm=True, skip=()):
+    del config, engine, executor, it, skip
     eps = []
     for e in range(len(envs)):
       for k in range(2):
