@@ -15,6 +15,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from spade.agent import rollout
 from spade.regret import delayed
 from spade.regret import scoring as regret_scoring
 from spade.selfplay import batching
@@ -231,11 +232,12 @@ def update_rows(
 
 
 def timed_out(num_envs: int, episodes: list[records.Episode]) -> list[bool]:
-  """Per environment: whether one of its episodes ended on a step() that ran
-  past its budget (the rollout's error "timeout: ...")."""
+  """Per environment: whether one of its episodes ended on an environment
+  call that ran past its budget (`rollout.hung`: failure "call_timeout"),
+  which `regret_based` scores at `regret.timeout_penalty`."""
   out = [False] * num_envs
   for ep in episodes:
-    if ep.env_failed and (ep.error or "").startswith("timeout"):
+    if rollout.hung(ep):
       out[ep.env_index] = True
   return out
 

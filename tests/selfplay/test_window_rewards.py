@@ -132,6 +132,23 @@ def test_regret_based_penalises_a_timed_out_environment():
   np.testing.assert_allclose(scores.design_reward, [1.0, -0.5])
 
 
+def _played(env_index, failure=None):
+  return records.Episode(
+      env_index=env_index, sample=0, hinted=False, seed=0, hint=None,
+      first_observation="", turns=(), terminated=failure is None,
+      truncated=False, env_failed=failure is not None,
+      error=None if failure is None else f"{failure}: the call failed",
+      failure=failure,
+  )  # fmt: skip
+
+
+def test_an_environment_whose_call_hung_is_timed_out_and_no_other():
+  # The sandbox's reason code and error ("call_timeout: ..."), as a hung
+  # step() ends an episode; a crash is not a timeout.
+  episodes = [_played(0), _played(1, "call_timeout"), _played(2, "crash")]
+  assert score_lib.timed_out(3, episodes) == [False, True, False]
+
+
 def test_regeneration_plays_fill_the_reference_memory_and_its_prompts():
   c = config_lib.base_config()
   c.grounding.enabled = False
