@@ -128,9 +128,9 @@ def _rows_line() -> str:
 def main(argv):
   console.no_tpu_probe()  # before JAX starts a backend: no libtpu page
   del argv
-  rows = _rows_line()
+  token_figures = _rows_line()
   if _ROWS_ONLY.value:
-    print(rows)
+    print(token_figures)
     return
   config = _CONFIG.value
   config.num_iterations = _ITERS.value
@@ -138,9 +138,9 @@ def main(argv):
   config_lib.validate(config)
   with tempfile.TemporaryDirectory() as workdir:
     loop.train_and_evaluate(config, workdir)
-    rows = metrics_lib.read_metrics(workdir)
-  last = rows[-1]
-  for row in rows:
+    metrics = metrics_lib.read_metrics(workdir)
+  last = metrics[-1]
+  for row in metrics:
     print(
         f"iteration {row['step']}: total {row['time/iteration_s']:.2f}s,"
         f" sampling {row['time/sampling_s']:.2f}s, sandbox"
@@ -161,7 +161,7 @@ def main(argv):
       f" hidden_frac={hidden:.3f} update_s={last['time/update_s']:.3f}"
       f" prefill_tokens={last['tokens/prefill']:.0f}"
       f" prefill_tokens_saved={last['tokens/prefill_saved']:.0f}"
-      f" {rows}"
+      f" {token_figures}"
   )
 
 
