@@ -248,8 +248,11 @@ def main(argv=None) -> None:
   )
   params = loading.initial_params(c, jax.random.PRNGKey(c.seed))
   num_slots = args.slots or c.sampling.slots
+  fns = transformer.sampling_fns(c.model, transformer.Role.DESIGNER)
   engine = slots_lib.Engine(
-      *transformer.sampling_fns(c.model, transformer.Role.DESIGNER),
+      fns.tokens_to_logits,
+      fns.init_cache,
+      fns.prepare_params,
       pad_id=int(tokenizer.pad_id),
       stop_ids=tuple(int(i) for i in tokenizer.stop_ids),
       slots=num_slots,

@@ -348,7 +348,8 @@ def main() -> None:
   fns = transformer.sampling_fns(cfg, transformer.Role.AGENT)
   sampler = sampler_lib.Sampler(*fns, pad_id=PAD)
   engine = slots_lib.Engine(
-      *fns, pad_id=PAD, slots=args.slots, cache_length=cfg.max_len,
+      fns.tokens_to_logits, fns.init_cache, fns.prepare_params,
+      pad_id=PAD, slots=args.slots, cache_length=cfg.max_len,
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
       decode_steps=args.decode_steps, temperature=1.0,
       share_prefixes=bool(args.share_prefixes), min_rows=args.min_rows,

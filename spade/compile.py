@@ -607,8 +607,11 @@ def slot_engine(config, mesh, rules, role: str):
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
   c = config
   section = c.designer if role == "designer" else c.agent
+  fns = transformer.sampling_fns(c.model, transformer.Role.of(role))
   return slots_lib.Engine(
-      *transformer.sampling_fns(c.model, transformer.Role.of(role)),
+      fns.tokens_to_logits,
+      fns.init_cache,
+      fns.prepare_params,
       pad_id=0,
       stop_ids=(1,),
       slots=shapes_lib.round_up(c.sampling.slots, shards),

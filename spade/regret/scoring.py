@@ -36,9 +36,6 @@ from spade.regret import estimators
 
 Array = jax.Array
 
-DESIGNER_ADVANTAGES = ("center", "normalize")
-AGENT_ADVANTAGES = ("center", "normalize")
-
 
 def make_scorer(config: ml_collections.ConfigDict) -> Callable[..., dict]:
   """The jitted scoring function for `config` (regret, agent sections)."""

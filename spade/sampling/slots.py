@@ -108,20 +108,17 @@ first-token draw, fillers included) and
 `padding_ratio = decode_row_steps / tokens_generated`. `lockstep_row_steps`
 counts a lock-step `SampleOutput` the same way.
 
-Design note: queuing an episode's next turn (for `spade.agent.rollout`).
-The rollout should submit one `Request` per live episode on its first turn
-(key = the episode id, rng = fold_in(fold_in(seed key, episode id), turn)),
-call `Server.step()` in a loop, and hand each `Result` at once to the
-sandbox worker (the thread pool that steps actions today). When the step
-(or tool calls) comes back, render the next prompt (history + reply +
-observation, truncated by the same `prompts.truncate_messages` rule) and
-`submit` it with the same key: an exact episode extends its history, so it
-continues in its slot while the slot is still its own; a truncated one is
-prefilled whole. The loop ends when the queue is empty, no slot is live,
-and no sandbox call is pending (wait on the pool's futures, with a
-timeout, when nothing is live). Turn limits, hints, the EOS and context
-rules stay in the rollout; only the sampling call changes. Results carry
-per-token log-probs, so per-episode logprobs for the update are unchanged.
+Users. `spade.agent.rollout` plays every episode of an iteration through a
+`Server`, wrapped by `spade.selfplay.engine.TextServer` (its `TurnServer`,
+which draws turn t of episode i with `fold_in(fold_in(key(seed), i), t)`):
+one `Request` per live episode keyed by the episode id; `step()` in a
+loop; each ended turn handed to a sandbox worker thread while the other
+slots decode, and the next prompt submitted with the same key, so an exact
+episode continues in its slot while the slot is still its own and a
+truncated one is prefilled whole. Turn limits, hints, the EOS and context
+rules stay in the rollout. `spade.selfplay.engine.Engine.sample` (the
+designer's programs, the hint writer) queues its prompts on a `TextServer`
+the same way.
 """
 
 from __future__ import annotations
@@ -295,7 +292,6 @@ class Engine:
   tokens_to_logits: Callable[..., tuple[Array, Any]]
   init_cache: Callable[[int, int], Any]
   prepare_params: Callable[[Any], Any] | None = None
-  share_prefix: int = 0  # accepted for `Engine(*sampling_fns(...))`; unused
   _: dataclasses.KW_ONLY
   pad_id: int
   stop_ids: tuple[int, ...] = ()

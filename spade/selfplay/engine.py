@@ -45,11 +45,6 @@ from spade.selfplay import batching
 from spade.train import state as state_lib
 from spade.train import update as update_lib
 
-_ROLES = {
-    "designer": transformer.Role.DESIGNER,
-    "agent": transformer.Role.AGENT,
-}
-
 
 def render(tokenizer, messages: list[dict[str, str]]) -> list[int]:
   """Chat messages -> token ids in the tokenizer's chat format, as the loop
@@ -158,7 +153,8 @@ class _LockstepSampler:
 
 
 class Engine:
-  """Model, tokenizer, sampler, sandbox pool and update step for one run."""
+  """Model, tokenizer, samplers and update step for one run (the sandbox
+  pool is `spade.selfplay.executor.Executor`'s)."""
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
@@ -296,7 +292,9 @@ class Engine:
           self.generator.model_config, transformer.Role.of(role)
       )
       self._slot_engines[name] = slots.Engine(
-          *fns,
+          fns.tokens_to_logits,
+          fns.init_cache,
+          fns.prepare_params,
           pad_id=int(self.tokenizer.pad_id),
           stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
           slots=num_slots,

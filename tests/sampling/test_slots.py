@@ -64,9 +64,11 @@ def _engine(cfg, **kw):
                         for n, t in kw["rules"])  # fmt: skip
   key = (cfg.sliding_window, tuple(sorted(kw.items())))
   if key not in _ENGINES:
+    fns = T.sampling_fns(cfg, T.Role.AGENT)
     _ENGINES[key] = E.Engine(
-        *T.sampling_fns(cfg, T.Role.AGENT), pad_id=PAD, **kw
-    )
+        fns.tokens_to_logits, fns.init_cache, fns.prepare_params,
+        pad_id=PAD, **kw
+    )  # fmt: skip
   return _ENGINES[key]
 
 
@@ -276,7 +278,8 @@ def test_generate_on_the_live_rows_samples_what_each_samples_alone(
 def test_windows_are_few_and_bounded(ring, flat):
   """Windows: w and 3w/2 per octave from `min_window`, then the whole
   cache; a ring-buffer model (or min_window 0) only ever the whole cache."""
-  flat_fns = T.sampling_fns(flat[0], T.Role.AGENT)
+  # The engine takes the first three (not `share_prefix`).
+  flat_fns = T.sampling_fns(flat[0], T.Role.AGENT)[:3]
   engine = E.Engine(*flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
                     min_window=8)  # fmt: skip
   assert engine.windows == (8, 12, 16, 24, 32, 48)
@@ -284,7 +287,7 @@ def test_windows_are_few_and_bounded(ring, flat):
   off = E.Engine(*flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
                  min_window=0)  # fmt: skip
   assert off.windows == (48,)
-  ring_fns = T.sampling_fns(ring[0], T.Role.AGENT)
+  ring_fns = T.sampling_fns(ring[0], T.Role.AGENT)[:3]
   assert E.Engine(*ring_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
                   min_window=8).windows == (48,)  # fmt: skip
 
