@@ -121,7 +121,12 @@ def blend(
     plateau_hi: float = 0.6,
     plateau_ramp: float = 0.25,
 ) -> Array:
-  """The recipe's blend (see the module docstring): f32[E]."""
+  """The recipe's blend (see the module docstring): f32[E].
+
+  The formula is `estimators.blend_reward`'s, as `reference_reward`'s is;
+  only its inputs differ: r_nohint by `timing` and the plateau's rate over
+  the whole window, with no both-arms gate.
+  """
   if timing == "matched":
     nohint = matched_nohint(window, wmask)
   elif timing == "window":
@@ -131,11 +136,15 @@ def blend(
         f"unknown timing {timing!r}; set config.regret.timing to 'matched'"
         " or 'window'"
     )
-  regret = hint_rate(hint, hmask) - nohint
-  regret_term = jnp.clip(regret / regret_scale, 0.0, 1.0)
-  rate = window_win_rate(window, wmask)
-  return regret_weight * regret_term + plateau_weight * estimators.plateau(
-      rate, plateau_lo, plateau_hi, plateau_ramp
+  return estimators.blend_reward(
+      hint_rate(hint, hmask) - nohint,
+      window_win_rate(window, wmask),
+      regret_weight=regret_weight,
+      regret_scale=regret_scale,
+      plateau_weight=plateau_weight,
+      plateau_lo=plateau_lo,
+      plateau_hi=plateau_hi,
+      plateau_ramp=plateau_ramp,
   )
 
 

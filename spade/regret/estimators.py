@@ -108,6 +108,30 @@ def plateau(
   return jnp.where(rate < lo, below, jnp.where(rate > hi, above, 1.0))
 
 
+def blend_reward(
+    gap: Array,
+    rate: Array,
+    *,
+    regret_weight: float,
+    regret_scale: float,
+    plateau_weight: float,
+    plateau_lo: float,
+    plateau_hi: float,
+    plateau_ramp: float,
+) -> Array:
+  """The blend's one formula, on signals its callers choose:
+
+    regret_weight * clip(gap / regret_scale, 0, 1)
+        + plateau_weight * plateau(rate, plateau_lo, plateau_hi, plateau_ramp)
+
+  `reference_reward` takes the gap and rate from one group's arms;
+  `spade.regret.delayed.blend` from a regeneration window.
+  """
+  regret_term = jnp.clip(gap / regret_scale, 0.0, 1.0)
+  difficulty = plateau(rate, plateau_lo, plateau_hi, plateau_ramp)
+  return regret_weight * regret_term + plateau_weight * difficulty
+
+
 @functools.partial(
     jax.jit,
     static_argnames=(
@@ -151,9 +175,16 @@ def reference_reward(
   """
   means = arm_means(returns, mask)
   gap = jnp.where(_both_arms(mask), means[:, HINT] - means[:, NO_HINT], 0.0)
-  regret_term = jnp.clip(gap / regret_scale, 0.0, 1.0)
-  difficulty = plateau(means[:, NO_HINT], plateau_lo, plateau_hi, plateau_ramp)
-  return regret_weight * regret_term + plateau_weight * difficulty
+  return blend_reward(
+      gap,
+      means[:, NO_HINT],
+      regret_weight=regret_weight,
+      regret_scale=regret_scale,
+      plateau_weight=plateau_weight,
+      plateau_lo=plateau_lo,
+      plateau_hi=plateau_hi,
+      plateau_ramp=plateau_ramp,
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("quantile",))
