@@ -159,9 +159,10 @@ def get_config(arg=None):
   # trimmed to 192 samples (`batching.shape_batch`); the CPU twins keep it
   # (their few episodes are copies, not extra rows).
   c.optim.global_batch_size = 192
-  # The window already delays the designer's rows to its end (4 rollouts,
-  # --spade-proposer-training-delay 4).
-  c.optim.designer_delay = 0
+  # --spade-proposer-training-delay 4: a regeneration's designer rows train
+  # at the next regeneration rollout, one iteration after their window of
+  # 4 closes (base_config).
+  c.optim.designer_delay = 1
   variant = (arg or "").removesuffix("_runlocal")
   if variant in VARIANTS:
     {"rlve": _rlve, "static_pool": _static_pool, "tool_use": _tool_use}[
@@ -267,9 +268,9 @@ def _tool_use(c):
   )
   c.designer.skills_per_regen = 0
   c.designer.regeneration_interval = 8  # REGEN_INTERVAL=8
-  # PROPOSER_DELAY=8: the window already holds the designer's rows for its 8
-  # rollouts (as the games recipe's 4 / 4).
-  c.optim.designer_delay = 0
+  # PROPOSER_DELAY=8 at REGEN_INTERVAL=8: the rows train at the next
+  # regeneration rollout, one iteration after their window closes.
+  c.optim.designer_delay = 1
   c.designer.max_new_tokens = 16384  # ENV_MAX_TOKENS (30b)
   c.designer.max_prompt_tokens = 32768 - 16384
   # The hint pass: value-free procedural hints for tool use

@@ -457,7 +457,13 @@ def base_config() -> ConfigDict:
   # by copy counts, so no extra row is scored. 0 (ours): every row once,
   # divided by the rows there were. "sample_mean" only.
   c.optim.global_batch_size = 192
-  c.optim.designer_delay = 0  # iterations; the reference uses 4 or 8
+  # Iterations a closed window's designer rows wait before they train. The
+  # reference (`--spade-proposer-training-delay 4` at interval 4) buffers a
+  # regeneration rollout's designer samples and trains them at the next
+  # rollout that generates (`spade/slime/spade_rollout.py`, lines 548-561):
+  # rollout r's designs train with rollout r + 4's agent rows, one rollout
+  # after its window (r .. r + 3) closes here. 0 (ours): when it closes.
+  c.optim.designer_delay = 1
   # The last iteration scores the open window on its plays so far and trains
   # every designer row still waiting (the reference flushes its buffer at
   # its final rollout, `spade_rollout.py`); False: they are lost (ours).
@@ -806,7 +812,9 @@ def tpu_pod_config(
   c.optim.microbatch_rows = 64
   m.remat = "full"
   c.optim.kl_coef = 0.0
-  c.optim.designer_delay = 4  # the reference waits 4 or 8 iterations
+  # The reference's delay of 4 (8 for tool use) is its window's length:
+  # the rows train one iteration after the window closes (base_config).
+  c.optim.designer_delay = 1
   # The reference's global batch is its unhinted plays an iteration (192 =
   # 24 games x ceil(192 / 24)); these configs play 16 a game, so theirs is
   # 384: a closing window's designs still take the place of as many agent

@@ -448,8 +448,8 @@ def make_update_step(
       state was made with).
     mesh: the device mesh (axes named as in `config.mesh.rules`).
     config: the full config; reads `config.optim` (clip_low, clip_high,
-      kl_coef, designer_loss_weight, agent_loss_weight, designer_delay,
-      max_importance_weight, epochs, num_minibatches) and
+      kl_coef, designer_loss_weight, agent_loss_weight, designer_tis,
+      agent_tis, max_importance_weight, epochs, num_minibatches) and
       `config.mesh.rules`.
 
   Returns:
@@ -462,23 +462,20 @@ def make_update_step(
     policy moves. Metrics are replicated scalars, means over the steps:
     train/loss, train/grad_norm, train/update_norm and per role
     train/{role}_{loss, pg_loss, kl, clip_frac, approx_kl, ratio_mean,
-    num_tokens} (plus is_weight_mean and is_truncated_frac for a delayed
-    designer); num_tokens is one pass's; train/optimizer_steps the count.
+    num_tokens} (plus is_weight_mean and is_truncated_frac for a role with
+    truncated importance weights); num_tokens is one pass's; train/optimizer_steps the count.
   """
   o = config.optim
   use_kl = state_lib.keeps_reference(config)
   # Truncated importance weights (the reference's --use-tis, clip
   # `max_importance_weight`, slime's 2.0), which slime applies to every
-  # sample: designer rows, trained when their window closes (and
-  # `designer_delay` iterations later still) on samples of an older policy,
-  # unless `designer_tis` is off, and agent rows unless `agent_tis` is off
-  # (ours: PPO clipping against the sampler's log-probs).
+  # sample: designer rows, trained after their window closes
+  # (`designer_delay`) on samples of an older policy, unless `designer_tis`
+  # is off, and agent rows unless `agent_tis` is off (ours: PPO clipping
+  # against the sampler's log-probs; the reference only warns when a delay
+  # runs without --use-tis).
   importance = {
-      "designer": (
-          o.max_importance_weight
-          if o.designer_tis or o.designer_delay > 0
-          else None
-      ),
+      "designer": o.max_importance_weight if o.designer_tis else None,
       "agent": o.max_importance_weight if o.get("agent_tis") else None,
   }
   role_weight = {

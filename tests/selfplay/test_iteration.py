@@ -418,6 +418,7 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
 ):
   c = _config(**{"designer.num_envs": 2, "designer.samples_per_prompt": 2})
   c.designer.regeneration_interval = 2
+  c.num_iterations = 8  # no flush at the last iteration here
   c.memory.enabled = False  # the fake's programs are near-duplicates
   t = _trainer(c)
   calls = []
@@ -448,6 +449,12 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
   (it0, pool0, hinted0), (it1, pool1, hinted1) = calls
   assert pool0 == pool1 and hinted0 and not hinted1
   assert t.state.window is None and m1["designer/window_closed"] == 1.0
+  # The reference's timing (`optim.designer_delay=1`, the default): the
+  # closed window's rows train at the next regeneration, with its agent rows.
+  assert c.optim.designer_delay == 1
+  assert t.engine.updates[-1][1] == []
+  t.iteration(2)
+  assert calls[-1][2] and calls[-1][1] != pool0  # a new pool, hinted
   designer_rows = t.engine.updates[-1][1]
   # Scored from both iterations' plays: env 0 won 2 of 4 unhinted plays (a
   # plateau win rate) and env 1 none, so their designs differ.
@@ -498,6 +505,7 @@ def test_the_update_batch_is_shaped_to_the_global_batch(monkeypatch):
   # episodes; a batch of 10 duplicates the 4 episodes to 8 samples.
   c = _config(**{"designer.num_envs": 2, "designer.samples_per_prompt": 2})
   c.designer.regeneration_interval = 1
+  c.optim.designer_delay = 0  # the designs' rows in the same update
   c.memory.enabled = False
 
   def play(config, engine, executor, it, envs, hinted_arm=True, **kwargs):

@@ -313,13 +313,16 @@ def test_microbatches_and_remat_give_the_same_step(setup):
       (2, "full", True),
       (2, "full", False),
   ):
-    # Adam's first step is about lr * sign(g): at 1e-3 a gradient near eps
-    # turns float rounding-order differences into 2.6e-5 on a weight; at
-    # 1e-4 the comparison still sees a wrong step (updates are 1e-4).
+    # Adam's first step is about lr * sign(g): a gradient near its eps
+    # turns float rounding-order differences into a large part of a step
+    # (1.1e-5 at lr 1e-4 on one weight of the shared output layer). An eps
+    # of 1e-6 keeps steps of gradients that small proportional to them; the
+    # comparison still sees a wrong step (updates are up to 1e-4).
     c = _config(
         microbatch_rows=microbatch_rows,
         microbatch_remat=microbatch_remat,
         learning_rate=1e-4,
+        eps=1e-6,
     )
     c.model.remat = remat
     _, new_state, metrics = _one_step(
