@@ -17,6 +17,17 @@ RG:Algorithmic, RG:Cognition and RG:Logic, rule by rule:
   repeatable. `--num_examples` is the number of examples PER TASK (the
   reference plays 8, `eval_offline/configs/_games_gem.yaml`); the summary's
   `num_examples` counts them over all 100 tasks.
+- Generation (ours where the reference has no rule; `generate`): an entry
+  whose generator fails is drawn again from entry i + 500k, k = 1..4, and
+  listed under `redrawn` (knight_swap fails on entries 18, 23, 41, 52, 62
+  and 78 of its first 100 in reasoning-gym 0.1.25, pinned in `setup.py`);
+  the reference's episode on such an entry raises and counts as an error.
+  codeio runs each entry's code sample, and numpy 2.4 refuses the
+  `np.sum(generator)` of entry 49, so codeio generates under a shim that
+  sums a generator as numpy < 2.4 did (the reference pins no numpy). A task
+  reasoning-gym cannot build, or an example none of whose draws generates,
+  is listed under `errors` by id ("knight_swap/18"), with why, and the
+  rest of the suite is scored.
 - Prompt: one user turn, `_build_initial_prompt` of
   `spade/core/eval/gem_evaluator.py` for the `rg` category around the
   environment's observation, which is the question plus the env's own
@@ -44,10 +55,15 @@ top-p 0.8, top-k 20 with up to 8,192 new tokens in a 32,768-token context.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import dataclasses
+import functools
 import importlib.metadata
+import io
 import re
-from typing import Any, Sequence
+import types
+from typing import Any, Iterator, Sequence
 
 from spade.eval import registry
 
@@ -551,6 +567,8 @@ BUCKETS: dict[str, tuple[str, ...]] = {
 # Every task's dataset, as the reference builds it (`gem_adapter.py`).
 DATASET_SIZE = 500
 DATASET_SEED = 42
+# Further draws of an example whose entry fails to generate (`generate`).
+REDRAWS = 4
 
 # The environment's observation ends with this (`SpadeReasoningGymEnv.reset`).
 OBSERVATION_SUFFIX = "\n\nPut your final answer within \\boxed{}."
@@ -645,12 +663,20 @@ def bucket_win_rates(
 
 @dataclasses.dataclass(frozen=True)
 class HardItem:
-  """Entry `index` of task `task`'s hard dataset, with that dataset."""
+  """Example `index` of task `task`'s hard dataset, with that dataset.
+
+  `entry` is the dataset's entry `drawn` (`index` unless that entry failed to
+  generate: `redrawn` says why); when no entry could be generated, `entry`
+  is None and `error` says why.
+  """
 
   task: str
   index: int
-  entry: dict
+  entry: dict | None
   dataset: Any
+  drawn: int | None = None
+  redrawn: str = ""
+  error: str = ""
 
   @property
   def item_id(self) -> str:
@@ -658,11 +684,109 @@ class HardItem:
     return f"{self.task}/{self.index}"
 
 
-def build_dataset(task: str, size: int = DATASET_SIZE) -> Any:
-  """`task`'s reasoning-gym dataset at its A.3 hard configuration.
+class GenerationError(Exception):
+  """A task's generator could not make an entry."""
+
+
+@contextlib.contextmanager
+def _numpy_sum_of_generators() -> Iterator[None]:
+  """`np.sum(generator)` as numpy < 2.4 ran it: Python's `sum`.
+
+  numpy 2.4 raises on a generator ("Calling np.sum(generator) is
+  deprecated"). codeio's code samples are run to make each entry's I/O
+  pair, and some call it (entry 49 of the A.3 dataset); under numpy 2.4
+  codeio prints the error and poses a question on an empty I/O pair whose
+  answer is "{}". The reference ran them under an earlier numpy (it pins
+  none, `numpy>=1.24.0`), so this restores that behaviour while codeio
+  makes an entry, for generators only; other calls go to numpy untouched.
+  """
+  import numpy  # pylint: disable=g-import-not-at-top
+
+  original = numpy.sum
+
+  @functools.wraps(original)
+  def sum_(a, *args, **kwargs):
+    if not isinstance(a, types.GeneratorType):
+      return original(a, *args, **kwargs)
+    # numpy < 2.4's `fromnumeric.sum` for a generator: the builtin sum, put
+    # into `out` when given; other arguments ignored.
+    result = builtins.sum(a)
+    out = kwargs.get("out", args[2] if len(args) > 2 else None)
+    if out is None:
+      return result
+    out[...] = result
+    return out
+
+  numpy.sum = sum_
+  try:
+    yield
+  finally:
+    numpy.sum = original
+
+
+def _draw(task: str, dataset: Any, index: int) -> dict:
+  """The dataset's entry `index`.
 
   Raises:
-    EvalError: reasoning-gym is missing or cannot build the task.
+    Exception: whatever the task's generator raises; GenerationError when
+      codeio's code sample failed (it prints that and returns an empty I/O
+      pair rather than raising).
+  """
+  if task != "codeio":
+    return dataset[index]
+  printed = io.StringIO()
+  with _numpy_sum_of_generators(), contextlib.redirect_stdout(printed):
+    entry = dataset[index]
+  if "Error" in printed.getvalue():
+    raise GenerationError(
+        "its code sample failed: " + " ".join(printed.getvalue().split())[:300]
+    )
+  return entry
+
+
+def generate(task: str, dataset: Any, index: int) -> HardItem:
+  """Example `index` of `task`: the dataset's entry, drawn again on failure.
+
+  Entry `index` is the reference's. When its generator fails (knight_swap
+  raises "Failed to generate valid puzzle after trying 100 different
+  boards" on 6 of its first 100 entries in reasoning-gym 0.1.25), the
+  example is drawn from entry `index + k * len(dataset)`, k = 1, 2, ...,
+  `REDRAWS`: past the entries the reference draws from (knight_swap, like
+  most tasks, seeds entry i with `DATASET_SEED + i`).
+  The redraw is ours: the reference's episode on such an entry raises and
+  is counted among its errors (`GemEvaluator.evaluate_all`), so the task
+  would be scored on fewer episodes.
+
+  Returns:
+    The item; with `entry` None and `error` naming every failure when no
+    draw generates.
+  """
+  failures = []
+  for k in range(REDRAWS + 1):
+    drawn = index + k * len(dataset)
+    try:
+      entry = _draw(task, dataset, drawn)
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      failures.append(f"entry {drawn}: {type(e).__name__}: {e}")
+      continue
+    return HardItem(task, index, entry, dataset, drawn, "; ".join(failures))
+  return HardItem(
+      task,
+      index,
+      None,
+      dataset,
+      error=(
+          f"not generated: reasoning-gym's {task!r} failed on"
+          f" {len(failures)} draws ({'; '.join(failures)})"
+      ),
+  )
+
+
+def _import_reasoning_gym() -> Any:
+  """The `reasoning_gym` module.
+
+  Raises:
+    EvalError: it is not installed.
   """
   try:
     import reasoning_gym  # pylint: disable=g-import-not-at-top
@@ -671,6 +795,16 @@ def build_dataset(task: str, size: int = DATASET_SIZE) -> Any:
         "the rg_hard suite needs the `reasoning-gym` package:"
         " pip install 'spade[eval]'"
     ) from e
+  return reasoning_gym
+
+
+def build_dataset(task: str, size: int = DATASET_SIZE) -> Any:
+  """`task`'s reasoning-gym dataset at its A.3 hard configuration.
+
+  Raises:
+    EvalError: reasoning-gym is missing or cannot build the task.
+  """
+  reasoning_gym = _import_reasoning_gym()
   try:
     return reasoning_gym.create_dataset(
         task, size=size, seed=DATASET_SEED, **HARD_CONFIGS[task]
@@ -697,13 +831,27 @@ class RGHardSuite(registry.SingleTurnSuite):
     del eval_config
 
   def items(self, num_examples: int) -> list[HardItem]:
-    """Entries 0..num_examples-1 of every task, in `HARD_CONFIGS` order."""
+    """Examples 0..num_examples-1 of every task, in `HARD_CONFIGS` order.
+
+    A task reasoning-gym cannot build gives items with its `error`, as does
+    an example none of whose draws generates (`generate`); `run` records
+    them as errors and scores the rest.
+
+    Raises:
+      EvalError: reasoning-gym is not installed.
+    """
+    _import_reasoning_gym()
     result = []
     for task in HARD_CONFIGS:
-      dataset = build_dataset(task, max(DATASET_SIZE, num_examples))
-      result.extend(
-          HardItem(task, i, dataset[i], dataset) for i in range(num_examples)
-      )
+      try:
+        dataset = build_dataset(task, max(DATASET_SIZE, num_examples))
+      except registry.EvalError as e:
+        result.extend(
+            HardItem(task, i, None, None, error=f"not generated: {e}")
+            for i in range(num_examples)
+        )
+        continue
+      result.extend(generate(task, dataset, i) for i in range(num_examples))
     return result
 
   def prompt(self, item: HardItem) -> registry.Messages:
@@ -750,15 +898,36 @@ class RGHardSuite(registry.SingleTurnSuite):
     As in `GemEvaluator`: a prompt with no room left for a reply is a loss
     without a reply (here: over the responder's `max_prompt_tokens`, when it
     has one and a `render`; cutting it would cut the task and the answer
-    format); an episode whose verifier raises is an error, logged, listed
-    under `errors` and counted in no win rate.
+    format); an episode whose verifier raises, or whose task or entry cannot
+    be generated, is an error, logged, listed under `errors` and counted in
+    no win rate. Examples drawn from another entry (`generate`) are listed
+    under `redrawn`.
     """
     del pool
     if num_examples <= 0:
       raise registry.EvalError(
           f"num_examples={num_examples} (examples per task) must be >= 1"
       )
-    items = self.items(num_examples)
+    log(
+        f"[{self.name}] generating {num_examples} example(s) of each of the"
+        f" {len(HARD_CONFIGS)} tasks"
+    )
+    errors, redrawn = [], []
+    items = []
+    for item in self.items(num_examples):
+      if item.error:
+        errors.append({"id": item.item_id, "error": item.error})
+        log(f"[{self.name}] {item.item_id}: {item.error}")
+        continue
+      if item.redrawn:
+        redrawn.append(
+            {"id": item.item_id, "entry": item.drawn, "why": item.redrawn}
+        )
+        log(
+            f"[{self.name}] {item.item_id}: drawn from entry {item.drawn}"
+            f" ({item.redrawn})"
+        )
+      items.append(item)
     prompts = [self.prompt(item) for item in items]
     too_long = _over_budget(responder, prompts)
     posed = [i for i in range(len(items)) if i not in too_long]
@@ -769,7 +938,7 @@ class RGHardSuite(registry.SingleTurnSuite):
           f" {len(posed)} prompts"
       )
     reply_of = dict(zip(posed, replies))
-    results, errors = [], []
+    results = []
     for index, item in enumerate(items):
       if index in too_long:
         result = registry.ItemResult(
@@ -792,6 +961,7 @@ class RGHardSuite(registry.SingleTurnSuite):
         "examples_per_task": num_examples,
         "not_posed": len(too_long),
         "errors": errors,
+        "redrawn": redrawn,
     }
     return registry.SuiteResult(self.name, tuple(results), info)
 

@@ -1,8 +1,11 @@
 """The rg_hard suite: the reference's 100 A.3 hard tasks, wins and buckets.
 
-Known-correct answers (each task's own answer, or a solution built from the
-entry where the task has many: graph_color, propositional_logic, rubiks_cube,
-rush_hour) must all be wins and wrong ones all losses; the buckets must be
+All 100 tasks generate at the paper's size (datasets of 500 at seed 42, the
+A.3 hard parameters); known-correct answers (each task's own answer, or a
+solution built from the entry where the task has many: graph_color,
+propositional_logic, rubiks_cube, rush_hour) must all be wins and wrong ones
+all losses; an entry that fails to generate is drawn again, and a task or
+entry that cannot be generated is an error naming it; the buckets must be
 the reference's lists; the CLI must end with the JSON summary.
 """
 
@@ -169,6 +172,137 @@ def suite_items():
   return suite, items
 
 
+def test_all_100_generate_at_the_papers_size(suite_items):
+  """Every task's dataset is the reference's: 500 entries, seed 42, A.3."""
+  _, items = suite_items
+  assert not [i.item_id for i in items if i.error or i.redrawn]
+  for item in items:
+    config = item.dataset.config
+    assert (config.size, config.seed) == (500, 42), item.task
+    for key, value in rg_hard.HARD_CONFIGS[item.task].items():
+      assert getattr(config, key) == value, (item.task, key)
+    assert item.drawn == 0 and item.entry["question"]
+
+
+def test_entries_that_fail_to_generate_are_drawn_again():
+  """knight_swap/18 and codeio/49 fail under reasoning-gym 0.1.25, numpy 2.4.
+
+  knight_swap's entry 18 raises "Failed to generate valid puzzle after
+  trying 100 different boards" and is drawn from entry 518; codeio's entry
+  49 runs `np.sum(generator)`, which numpy 2.4 refuses, so without the shim
+  its question would show an empty I/O pair with the answer "{}".
+  """
+  knight_swap = rg_hard.build_dataset("knight_swap")
+  item = rg_hard.generate("knight_swap", knight_swap, 18)
+  assert (item.item_id, item.drawn, item.error) == ("knight_swap/18", 518, "")
+  assert item.redrawn == (
+      "entry 18: ValueError: Failed to generate valid puzzle after trying"
+      " 100 different boards"
+  )
+  assert item.entry == knight_swap[518]
+  assert knight_swap.score_answer(item.entry["answer"], item.entry) == 1.0
+
+  codeio = rg_hard.build_dataset("codeio")
+  item = rg_hard.generate("codeio", codeio, 49)
+  assert (item.drawn, item.redrawn, item.error) == (49, "", "")
+  assert json.loads(item.entry["answer"]) == {
+      "unstability": pytest.approx(4.337971748731709),
+      "convergence_speed": pytest.approx(11.111111111111114),
+  }
+  assert codeio.score_answer(item.entry["answer"], item.entry) == 1.0
+
+
+def test_numpy_sum_of_a_generator_is_pythons_sum_inside_codeio_only():
+  numpy = pytest.importorskip("numpy")
+  original = numpy.sum
+  with rg_hard._numpy_sum_of_generators():  # pylint: disable=protected-access
+    assert numpy.sum(x * x for x in range(4)) == 14
+    out = numpy.zeros(())
+    assert numpy.sum((x for x in (1.5, 2.0)), None, None, out) is out
+    assert out == 3.5
+    assert numpy.sum(numpy.ones((2, 3)), axis=0).tolist() == [2, 2, 2]
+  assert numpy.sum is original
+
+
+class _FakeDataset:
+  """A dataset whose entries `fail` raise, as a failing generator does."""
+
+  def __init__(self, task, fail=lambda index: False):
+    self.task, self.fail = task, fail
+
+  def __len__(self):
+    return rg_hard.DATASET_SIZE
+
+  def __getitem__(self, index):
+    if self.fail(index):
+      raise ValueError(f"no board for entry {index}")
+    return {"question": f"{self.task} {index}?", "answer": str(index)}
+
+  def score_answer(self, answer, entry):
+    return float(answer == entry["answer"])
+
+
+def test_a_task_or_entry_that_cannot_be_generated_is_an_error_naming_it(
+    scripted, monkeypatch
+):
+  """The suite scores the rest; the summary names what was not generated."""
+
+  def build(task, size=rg_hard.DATASET_SIZE):
+    assert size == rg_hard.DATASET_SIZE
+    if task == "acre":
+      raise registry.EvalError("reasoning-gym cannot build 'acre'")
+    if task == "knight_swap":  # example 1 never generates, 0 once redrawn
+      return _FakeDataset(task, lambda index: index % 500 == 1 or index == 0)
+    return _FakeDataset(task)
+
+  monkeypatch.setattr(rg_hard, "build_dataset", build)
+  suite = registry.build_suite("rg_hard", None)
+  lines = []
+  result = suite.run(
+      scripted(lambda m: "<answer>0</answer>"),
+      num_examples=2,
+      log=lines.append,
+  )
+  summary = result.summary()
+  assert [e["id"] for e in summary["errors"]] == [
+      "acre/0",
+      "acre/1",
+      "knight_swap/1",
+  ]
+  assert summary["errors"][0]["error"] == (
+      "not generated: reasoning-gym cannot build 'acre'"
+  )
+  assert summary["errors"][2]["error"] == (
+      "not generated: reasoning-gym's 'knight_swap' failed on 5 draws"
+      " (entry 1: ValueError: no board for entry 1; entry 501: ValueError:"
+      " no board for entry 501; entry 1001: ValueError: no board for entry"
+      " 1001; entry 1501: ValueError: no board for entry 1501; entry 2001:"
+      " ValueError: no board for entry 2001)"
+  )
+  assert summary["redrawn"] == [
+      {
+          "id": "knight_swap/0",
+          "entry": 500,
+          "why": "entry 0: ValueError: no board for entry 0",
+      }
+  ]
+  assert "[rg_hard] acre/1: not generated: reasoning-gym cannot" in "\n".join(
+      lines
+  )
+  # Every other example is scored; "0" is right for example 0 only.
+  assert summary["num_examples"] == 200 - 3
+  assert summary["num_full_score"] == 100 - 2
+  assert summary["bucket_episodes"]["RG:Logic"] == 2 * 9 - 2
+  assert summary["bucket_episodes"]["RG:Cognition"] == 2 * 24 - 1
+
+
+def test_without_reasoning_gym_the_suite_says_how_to_install_it(monkeypatch):
+  monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+  suite = registry.build_suite("rg_hard", None)
+  with pytest.raises(registry.EvalError, match=r"pip install 'spade\[eval\]'"):
+    suite.items(1)
+
+
 def _run(suite, items, reply_fn, scripted, monkeypatch):
   monkeypatch.setattr(suite, "items", lambda n: items)
   by_question = {i.entry["question"]: i for i in items}
@@ -199,6 +333,7 @@ def test_known_correct_answers_are_wins(suite_items, scripted, monkeypatch):
   lost = [i.item_id for i in result.items if i.score != 1.0]
   assert not lost and not summary["errors"], (lost, summary["errors"])
   assert summary["score"] == 1.0 and summary["num_examples"] == 100
+  assert summary["redrawn"] == []
   assert summary["buckets"] == dict.fromkeys(rg_hard.BUCKETS, 1.0)
   assert summary["bucket_episodes"] == {
       "RG:Math": 31,
