@@ -23,7 +23,6 @@ import jax
 import ml_collections
 
 from spade import grounding
-from spade.agent import rollout
 from spade.environments import difficulty as difficulty_lib
 from spade.environments import library
 from spade.selfplay import batching
@@ -228,19 +227,15 @@ class LoopState:
     )
 
   def blacklist_hung(
-      self,
-      envs: list[records.Environment],
-      episodes: list[records.Episode],
+      self, envs: list[records.Environment], hung: list[bool]
   ) -> None:
-    """Adds the programs of `envs` that one of `episodes` (either arm) saw
-    hang (`rollout.hung`) to the blacklist, under
+    """Adds the programs of `envs` whose play hung this iteration (`hung`,
+    per environment: `score.timed_out`, either arm) to the blacklist, under
     `environments.blacklist_hung`; the reference's `_hung_game_blacklist`
     (core/orchestrator.py), kept for the whole run and checkpointed."""
     if not self.config.environments.blacklist_hung:
       return
-    for ep in episodes:
-      if rollout.hung(ep):
-        self.hung.add(program_key(envs[ep.env_index].source))
+    self.hung.update(program_key(env.source) for env, h in zip(envs, hung) if h)
 
   def documents(self, n: int) -> list[Any]:
     """n grounding documents, or n Nones when grounding is off."""

@@ -174,7 +174,10 @@ class Trainer:
         hinted_arm=window.start == it,
         skip=self.state.hung_indices(envs),
     )
-    self.state.blacklist_hung(envs, episodes)
+    # Per environment: whether a play of it hung (an environment call past
+    # its budget), for the blacklist and the window's timeout penalty.
+    timed_out = score_lib.timed_out(len(envs), episodes)
+    self.state.blacklist_hung(envs, timed_out)
     scores = score_lib.score(c, [], envs, *score_lib.returns(c, envs, episodes))
     self.state.update_difficulty(scores)  # adaptive mode: windows learn
     agent_samples, total = score_lib.agent_samples(c, episodes, scores)
@@ -185,9 +188,7 @@ class Trainer:
           "rollout/compact_filtered_count": float(filtered),
           "rollout/compact_filtered_pct": filtered / max(trainable, 1),
       }
-    window = window.with_plays(
-        scores.returns, scores.mask, score_lib.timed_out(len(envs), episodes)
-    )
+    window = window.with_plays(scores.returns, scores.mask, timed_out)
     if window.start == it:
       self.state.remember_regeneration(it, window, scores)
     interval = (
