@@ -124,6 +124,7 @@ def _read_converted(file: str) -> dict[str, np.ndarray]:
   for name, value in tensors.items():
     if _crc32(value) != crcs[name]:
       raise ValueError(f"tensor {name} fails its CRC-32")
+    placement.release_pages(value)
   return tensors
 
 

@@ -11,6 +11,7 @@ one tensor besides the result.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 from typing import Any
 
 import jax
@@ -44,7 +45,29 @@ class Lazy:
       block = block + np.float32(1.0)
     # Always an owned copy: on CPU a device array may alias its numpy source,
     # and the mapped file is read-only and may be replaced.
-    return block.astype(dtype)
+    out = block.astype(dtype)
+    release_pages(self.view)
+    return out
+
+  def read_into(self, index, out: np.ndarray) -> None:
+    """Converts the block `view[index]` into `out` (no other copy)."""
+    np.copyto(out, self.view[index], casting="unsafe")
+    if self.plus_one:
+      out += np.float32(1.0).astype(out.dtype)
+    release_pages(self.view)
+
+
+def release_pages(view: np.ndarray) -> None:
+  """Drops the mapped file pages behind `view` from this process's resident
+  set (they stay in the page cache): a read of a memory-mapped checkpoint
+  then costs the host the copy it makes, not that copy plus the file's
+  pages, so loading peaks near one copy of the weights, not two."""
+  base = view
+  while base is not None and not isinstance(base, np.memmap):
+    base = getattr(base, "base", None)
+  mapping = getattr(base, "_mmap", None)
+  if mapping is not None and hasattr(mapping, "madvise"):
+    mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def _layout_plan(tree: dict[str, Any], model_config) -> Any:
@@ -115,7 +138,12 @@ def materialize(tree: dict[str, Any], model_config, mesh, rules):
     if isinstance(ids, int):
       return leaves[ids].read(index, dtype)
     picked = range(len(ids))[index[0]]
-    return np.stack([leaves[ids[g]].read(index[1:], dtype) for g in picked])
+    # Layer by layer into the stack itself: one copy of the stacked leaf.
+    shape = leaves[ids[0]].view[index[1:]].shape  # a view: nothing read
+    block = np.empty((len(picked),) + shape, dtype)
+    for n, g in enumerate(picked):
+      leaves[ids[g]].read_into(index[1:], block[n])
+    return block
 
   if mesh is None:
     full = lambda ids, spec: jax.device_put(read(ids, (slice(None), ...)))

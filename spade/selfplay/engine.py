@@ -278,15 +278,18 @@ class Engine:
       num_slots: int = 0,
       top_k: int = 0,
       top_p: float = 1.0,
+      cache_length: int = 0,
   ) -> slots.Engine:
     """The slot engine of one role and sampling rule (compiled once per run
     and size): `num_slots` (default `config.sampling.slots`) decode slots of
-    a `model.max_len` cache, each size rounded up to a multiple of the
-    mesh's batch shards."""
+    a `cache_length` cache (default `model.max_len`), each size rounded up
+    to a multiple of the mesh's batch shards."""
     c = self.config
     shards = self.generator.batch_shards
     num_slots = shapes.round_up(num_slots or c.sampling.slots, shards)
+    cache_length = min(cache_length or c.model.max_len, c.model.max_len)
     name = (role, float(temperature), num_slots, int(top_k), float(top_p))
+    name += (cache_length,)
     if name not in self._slot_engines:
       fns = transformer.sampling_fns(
           self.generator.model_config, transformer.Role.of(role)
@@ -298,7 +301,7 @@ class Engine:
           pad_id=int(self.tokenizer.pad_id),
           stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
           slots=num_slots,
-          cache_length=c.model.max_len,
+          cache_length=cache_length,
           prefill_chunk=c.sampling.prefill_chunk,
           prefill_rows=shapes.round_up(
               min(c.sampling.prefill_rows, num_slots), shards
@@ -419,8 +422,21 @@ class Engine:
     """The rollout engine's `TurnServer` for the agent head: a fresh slot
     server over the current params (`slot_engine`); an episode's turn
     continues its slot's cache while the slot still holds its history
-    (`config.agent.carry_cache`)."""
-    engine = self.slot_engine("agent", temperature, top_k=top_k, top_p=top_p)
+    (`config.agent.carry_cache`).
+
+    Its cache holds what one episode can reach, not `model.max_len`: a
+    prompt of at most the agent's budget (`prompt_budget("agent")`) and a
+    reply of `max_new_tokens`, rounded up to the prefill chunk (the slot
+    engine's rule); 16 slots of the 1.5B's 3,072-step cache are 2.8 GB, of
+    the 1,536 its `runlocal` reaches 1.4 GB."""
+    c = self.config
+    reach = self.prompt_budget("agent") + max_new_tokens
+    engine = self.slot_engine(
+        "agent", temperature, top_k=top_k, top_p=top_p,
+        cache_length=shapes.round_up(
+            reach, c.sampling.prefill_chunk or c.model.max_len
+        ),
+    )  # fmt: skip
     return TextServer(
         engine.start(self.state.params),
         self.tokenizer,
