@@ -60,6 +60,7 @@ from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.environments import library
 from spade.memory import dedup
+from spade.model import layout
 from spade.model import loading
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
@@ -100,7 +101,7 @@ def _load_config(spec: str, overrides=()):
 
 def _parse(argv):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--config", default="configs/qwen2p5_coder_0p5b.py:runlocal")
+  p.add_argument("--config", default="configs/qwen2p5_coder_1p5b.py:runlocal")
   p.add_argument(
       "--set", action="append", default=[], metavar="KEY=VALUE",
       help="a config override, as --config.KEY=VALUE (repeatable)",
@@ -247,6 +248,10 @@ def main(argv=None) -> None:
       f" seed_dir={c.memory.seed_dir!r}"
   )
   params = loading.initial_params(c, jax.random.PRNGKey(c.seed))
+  if not c.model.scan_decode:
+    # The decoding layout only (the engine's `decode_params`): no stacked
+    # copy held beside it.
+    params = layout.unstack_releasing(layout.owned(params), c.model)
   num_slots = args.slots or c.sampling.slots
   fns = transformer.sampling_fns(c.model, transformer.Role.DESIGNER)
   engine = slots_lib.Engine(

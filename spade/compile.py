@@ -747,14 +747,12 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
 
     return go
 
-  # What stays in HBM beside the engine: the optimizer state and, when the
-  # engine decodes on a prepared copy, the train state's own parameters.
+  # What stays in HBM beside the engine: the optimizer state. The train
+  # state's own (stacked) parameters do not: `selfplay.engine.Engine`
+  # holds them in the decoding layout while it samples (`decode_params`),
+  # and the programs' arguments count that copy.
   held_bytes = device_bytes((state.opt_state, state.ref_params, state.adapters))
   held = f"optimizer state {held_bytes / GIB:.2f}"
-  if fns.prepare_params is not None:
-    own = device_bytes(state.params)
-    held_bytes += own
-    held += f", train params {own / GIB:.2f}"
   cache_bytes = device_bytes(decode_state["cache"])
   ws = ", ".join(f"{w:,}" for w in picked)
   on = f"windows {ws} of {len(every)}"

@@ -578,8 +578,16 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
   def make_cache(batch: int, length: int) -> kv_cache.Cache:
     return kv_cache.init_cache(cfg, batch, length, per_layer=per_layer)
 
+  unstack = jax.jit(lambda p: layout.to_per_layer_layout(p, cfg))
+
   def prepare_params(params: Params) -> Params:
-    return layout.to_per_layer_layout(params, cfg) if per_layer else params
+    # Runs outside jit (the slot engine) or inside (the lock-step sampler):
+    # a tree already in the decoding layout (`selfplay.engine.Engine` keeps
+    # one while it samples) is returned as is, since a jitted identity
+    # would copy every weight.
+    if not per_layer or layout.is_per_layer(params):
+      return params
+    return unstack(params)
 
   # A prefix shared by a batch is prefilled once (`Sampler.share_prefix`,
   # in multiples of 64 tokens) when no layer keeps a ring buffer: the rows'

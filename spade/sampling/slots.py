@@ -257,7 +257,8 @@ class Engine:
 
   Attributes:
     tokens_to_logits, init_cache, prepare_params: as for `Sampler`
-      (`spade.model.transformer.sampling_fns(config.model, role)`).
+      (`spade.model.transformer.sampling_fns(config.model, role)`), but
+      `prepare_params` runs once per `start`, eagerly (it jits itself).
     pad_id: the token fed to dead slots and written after a row ends.
     stop_ids: a row ends after emitting one of these.
     slots: decode slots (the compiled batch; a multiple of the mesh's
@@ -804,7 +805,10 @@ class Engine:
     out = None
     if self.mesh is not None:
       out = jax.tree.map(lambda x: x.sharding, self._call(init))
-    prepare = jax.jit(self.prepare_params or (lambda p: p))
+    # Called as given, not jitted: a prepare that changes nothing (params
+    # already in its layout) must not copy them; one that computes jits
+    # itself (`transformer.sampling_fns`).
+    prepare = self.prepare_params or (lambda p: p)
     # The window (the last argument) is static: one compile per window.
     if out is None:
       prefill = jax.jit(

@@ -24,6 +24,7 @@ hint writer) as a queue of requests; "lockstep" keeps the batched sampler.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from absl import logging
@@ -34,6 +35,7 @@ import numpy as np
 from spade import console
 from spade.agent import prompts as agent_prompts
 from spade.environments import library
+from spade.model import layout
 from spade.model import loading
 from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
@@ -173,6 +175,7 @@ class Engine:
       with console.heartbeat(f"loading {config.checkpoint.kind} checkpoint"):
         params = loading.initial_params(config, rng, self.mesh, self.rules)
     self.optimizer = state_lib.make_optimizer(config.optim)
+    self._decoding = None  # the stacked shardings while params are unstacked
     self.state = state_lib.create_state(
         params,
         self.optimizer,
@@ -194,6 +197,49 @@ class Engine:
         prefill_chunk=config.sampling.prefill_chunk,
     )
     self._slot_engines: dict[tuple[Any, ...], slots.Engine] = {}
+
+  # -- the parameters' two layouts -------------------------------------------
+
+  @property
+  def state(self) -> state_lib.TrainState:
+    """The train state, its parameters in the model's (stacked) layout."""
+    if self._decoding is not None:
+      params = layout.owned(self._state.params)
+      self._state = dataclasses.replace(self._state, params=None)
+      params = layout.restack_releasing(
+          params, self.config.model, self._decoding
+      )
+      self._state = dataclasses.replace(self._state, params=params)
+      self._decoding = None
+    return self._state
+
+  @state.setter
+  def state(self, value: state_lib.TrainState) -> None:
+    self._state = value
+    self._decoding = None
+
+  def decode_params(self):
+    """The parameters in the samplers' decoding layout (one subtree per
+    layer, `transformer.sampling_fns`), made from the stacked ones when a
+    sampler first asks after an update and kept until `state` is read.
+
+    The train state then holds them in that layout instead of the stacks,
+    each stack freed as its layers are sliced out
+    (`layout.unstack_releasing`): sampling holds one copy of the weights,
+    not the stacks plus the samplers' unstacked copy (the 1.5B's layers:
+    4.3 GB). With `model.scan_decode` the stacks are decoded as they are.
+    """
+    if self.config.model.scan_decode or self._decoding is not None:
+      return self._state.params
+    stacked = self._state.params
+    shardings = jax.tree.map(lambda x: x.sharding, stacked)
+    params = layout.owned(stacked)
+    del stacked
+    self._state = dataclasses.replace(self._state, params=None)
+    params = layout.unstack_releasing(params, self.config.model)
+    self._state = dataclasses.replace(self._state, params=params)
+    self._decoding = shardings
+    return params
 
   # -- text -------------------------------------------------------------------
 
@@ -257,7 +303,7 @@ class Engine:
           progress,
       )  # fmt: skip
     out = self.generator.sample(
-        self.state.params,
+        self.decode_params(),
         prompts,
         role=transformer.Role.of(role),
         max_new_tokens=max_new_tokens,
@@ -340,7 +386,7 @@ class Engine:
         top_p,
     )
     server = TextServer(
-        engine.start(self.state.params), self.tokenizer, max_new_tokens
+        engine.start(self.decode_params()), self.tokenizer, max_new_tokens
     )
     for i, p in enumerate(prompts):
       server.submit(i, [int(t) for t in p], seed, 0)
@@ -395,7 +441,7 @@ class Engine:
 
     def sample(prompts, seed, keys=None):
       out = self.generator.sample(
-          self.state.params,
+          self.decode_params(),
           prompts,
           role=transformer.Role.AGENT,
           max_new_tokens=max_new_tokens,
@@ -438,7 +484,7 @@ class Engine:
         ),
     )  # fmt: skip
     return TextServer(
-        engine.start(self.state.params),
+        engine.start(self.decode_params()),
         self.tokenizer,
         max_new_tokens,
         carry=self.config.agent.carry_cache,

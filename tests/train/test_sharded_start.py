@@ -133,3 +133,38 @@ def test_engine_starts_sharded_with_the_single_device_values():
   expected = transformer.init_params(c.model, jax.random.PRNGKey(c.seed))
   for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+
+
+def test_sampling_holds_one_sharded_copy_of_the_weights():
+  """The engine unstacks its parameters for the samplers in place of the
+  stacks (each stack freed once sliced), keeps each slice sharded as its
+  stack was, and restacks them bit for bit with the stacks' shardings when
+  the train state is read again."""
+  import weakref  # pylint: disable=g-import-not-at-top
+
+  from spade.model import layout  # pylint: disable=g-import-not-at-top
+  from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
+
+  c = _config()
+  engine = engine_lib.Engine(c)
+  stacked = engine.state.params
+  want = jax.device_get(stacked)
+  shardings = jax.tree.map(lambda x: x.sharding, stacked)
+  stacks = [weakref.ref(x) for x in jax.tree.leaves(stacked["layers"])]
+  del stacked
+  decoding = engine.decode_params()
+  assert layout.is_per_layer(decoding)
+  assert all(ref() is None for ref in stacks)  # no stack outlives its slices
+  _assert_large_split(decoding)
+  assert engine.decode_params() is decoding  # made once until state is read
+  del decoding
+  out = engine.sample(
+      [[3, 4, 5]], role="agent", max_new_tokens=2, temperature=0.0, seed=0
+  )
+  assert len(out[0][0]) == 2
+  back = engine.state.params
+  assert not layout.is_per_layer(back)
+  assert jax.tree.structure(back) == jax.tree.structure(want)
+  assert jax.tree.map(lambda x: x.sharding, back) == shardings
+  for got, value in zip(jax.tree.leaves(back), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(np.asarray(got), value)
