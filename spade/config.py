@@ -32,6 +32,10 @@ from typing import Any
 
 import ml_collections
 
+from spade.regret import delayed
+from spade.regret import estimators
+from spade.selfplay import modes
+
 ConfigDict = ml_collections.ConfigDict
 
 
@@ -406,8 +410,8 @@ def base_config() -> ConfigDict:
   # recompute_delayed_env_rewards_blend), or from the whole window's,
   # "window" (ours); the plateau always uses the whole window.
   c.regret.timing = "matched"
-  # The window's designer reward (`spade.regret.delayed.WINDOW_REWARDS`, the
-  # reference's --spade-env-reward-variant): "blend" (the games recipe),
+  # The window's designer reward (registered in `spade.regret.delayed`;
+  # the reference's --spade-env-reward-variant): "blend" (the games recipe),
   # "regret_based", "micro_lp", "solve_rate", "learning_potential".
   c.regret.window_reward = "blend"
   # Designer rewards are multiplied by min(#actor rows / #design rows x
@@ -659,9 +663,6 @@ _CHOICES = {
     "tokenizer.kind": ("bytes", "gemma_sp", "qwen_bpe"),
     "sandbox.backend": ("gvisor", "bwrap", "none"),
     "sandbox.budgets": ("reference", "strict"),
-    "regret.estimator": (
-        "hint", "max", "learnability", "lcb", "reference", "solve_rate",
-    ),  # fmt: skip
     "designer.prompt_family": (
         "single_turn_game",
         "multi_turn_game",
@@ -674,10 +675,6 @@ _CHOICES = {
     "designer.duplicates": ("play", "refuse"),
     "regret.agent_advantage": ("center", "normalize"),
     "regret.timing": ("matched", "window"),
-    "regret.window_reward": (
-        "blend", "regret_based", "micro_lp", "solve_rate",
-        "learning_potential",
-    ),  # fmt: skip
     "designer.code_extraction": ("reference", "longest_class"),
     "designer.prompt_overflow": ("refuse", "cut_left"),
     "designer.prompt_example": ("skeleton", "skeleton_max_turns", "complete"),
@@ -690,7 +687,6 @@ _CHOICES = {
     "regret.designer_advantage": ("center", "normalize"),
     "agent.return_rule": ("final_if_terminated", "clipped_total"),
     "agent.prompt_style": ("reference", "system"),
-    "train.mode": ("spade", "fixed_pool", "adaptive"),
     "train.pool_draw": ("with_replacement", "without_replacement"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
     "grounding.text_rule": ("reference", "layout"),
@@ -699,6 +695,20 @@ _CHOICES = {
     "optim.loss_reduction": ("sample_mean", "token_mean"),
     "optim.kl_estimator": ("low_var_kl", "k3"),
 }
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+  """Every key with a fixed set of values -> its allowed values: `_CHOICES`
+  and the names registered beside their code (estimators and window rewards
+  in `spade.regret`, modes in `spade.selfplay.modes`), read when asked so a
+  name registered after import is allowed too."""
+  return {
+      **_CHOICES,
+      "regret.estimator": estimators.estimator_names(),
+      "regret.window_reward": delayed.window_reward_names(),
+      "train.mode": modes.names(),
+  }
+
 
 # Keys that must be strictly positive.
 _POSITIVE = (
@@ -913,7 +923,7 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
   """
   reference = base_config() if reference is None else reference
   _check_tree(config, reference, prefix="")
-  for key, allowed in _CHOICES.items():
+  for key, allowed in choices().items():
     value = _get(config, key)
     if value not in allowed:
       raise ConfigError(f"config.{key}={value!r} is not one of {allowed}")

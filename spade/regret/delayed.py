@@ -13,8 +13,10 @@ regeneration step. Inputs here, all masked:
   hint    f32[E, H]     the regeneration step's hinted returns
   hmask   bool[E, H]
 
-Raw signals per environment (f32[E]), selected by name (`WINDOW_REWARDS`,
-the reference's `--spade-env-reward-variant`):
+Raw signals per environment (f32[E]), registered by name
+(`register_window_reward`, `window_reward_names()`; the reference's
+`--spade-env-reward-variant`), beside the estimators of
+`spade.regret.estimators`:
 
   blend               regret_weight * clip((r_hint - r_nohint) / regret_scale,
                       0, 1) + plateau_weight * plateau(window win rate);
@@ -49,7 +51,7 @@ the update (`proposer_masked`); with the recipe's floored regret it never is.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -57,14 +59,6 @@ import jax.numpy as jnp
 from spade.regret import estimators
 
 Array = jax.Array
-
-WINDOW_REWARDS = (
-    "blend",
-    "regret_based",
-    "micro_lp",
-    "solve_rate",
-    "learning_potential",
-)
 
 
 def _mean(x: Array, m: Array, axis) -> Array:
@@ -283,3 +277,110 @@ def centre_per_skill(
   r = jnp.where(keep, raw, 0.0)
   mean = same @ r / jnp.maximum(jnp.sum(same, axis=1), 1.0)
   return jnp.where(keep, (raw - mean) * scale, 0.0)
+
+
+class WindowPlays(NamedTuple):
+  """A window's plays as every window reward takes them (see the module
+  docstring); `skill` is each environment's skill index (learning_potential's
+  trackers), `timed_out` whether a step() of it ran past its budget."""
+
+  window: Array  # f32[E, S, K]
+  wmask: Array  # bool[E, S, K]
+  hint: Array  # f32[E, H]
+  hmask: Array  # bool[E, H]
+  timed_out: Array  # bool[E]
+  skill: Array  # i32[E]
+
+
+# fn(plays, lp state) -> (raw f32[E], lp state): every window reward's form,
+# so the scorer calls any of them the same way.
+WindowRewardFn = Callable[[WindowPlays, LPState], tuple[Array, LPState]]
+
+# name -> factory(settings) -> WindowRewardFn; `register_window_reward` adds
+# one, and `config.regret.window_reward` may then name it.
+_WINDOW_REWARDS: dict[str, Callable[[Mapping[str, Any]], WindowRewardFn]] = {}
+
+# `config.regret` keys the window rewards read (`window_settings`).
+_WINDOW_KEYS = (
+    "timing", "regret_weight", "regret_scale", "plateau_weight", "plateau_lo",
+    "plateau_hi", "plateau_ramp", "timeout_penalty", "lp_gamma_fast",
+    "lp_gamma_slow",
+)  # fmt: skip
+
+
+def register_window_reward(name: str):
+  """Registers `factory(settings) -> fn(plays, lp) -> (raw, lp)` as `name`."""
+
+  def wrap(factory):
+    if name in _WINDOW_REWARDS:
+      raise ValueError(f"window reward {name!r} is already registered")
+    _WINDOW_REWARDS[name] = factory
+    return factory
+
+  return wrap
+
+
+def window_reward_names() -> tuple[str, ...]:
+  """The registered window rewards (`config.regret.window_reward`)."""
+  return tuple(_WINDOW_REWARDS)
+
+
+def window_settings(regret_config) -> tuple[tuple[str, Any], ...]:
+  """The `config.regret` values the window rewards read, hashable (a jitted
+  scorer is cached per settings)."""
+  return tuple((k, regret_config[k]) for k in _WINDOW_KEYS)
+
+
+def window_reward(name: str, settings: Mapping[str, Any]) -> WindowRewardFn:
+  """The window reward registered as `name`, with `settings`
+  (`window_settings`)."""
+  if name not in _WINDOW_REWARDS:
+    raise ValueError(
+        f"unknown regret.window_reward {name!r}; one of"
+        f" {window_reward_names()}"
+    )
+  return _WINDOW_REWARDS[name](dict(settings))
+
+
+def _plateau(s: Mapping[str, Any]) -> dict[str, float]:
+  return dict(
+      plateau_lo=s["plateau_lo"],
+      plateau_hi=s["plateau_hi"],
+      plateau_ramp=s["plateau_ramp"],
+  )
+
+
+register_window_reward("blend")(
+    lambda s: lambda p, lp: (
+        blend(
+            p.window, p.wmask, p.hint, p.hmask, timing=s["timing"],
+            regret_weight=s["regret_weight"], regret_scale=s["regret_scale"],
+            plateau_weight=s["plateau_weight"], **_plateau(s),
+        ),
+        lp,
+    )
+)  # fmt: skip
+register_window_reward("regret_based")(
+    lambda s: lambda p, lp: (
+        regret_based(
+            p.window, p.wmask, p.hint, p.hmask, p.timed_out,
+            timeout_penalty=s["timeout_penalty"],
+        ),
+        lp,
+    )
+)  # fmt: skip
+register_window_reward("micro_lp")(
+    lambda s: lambda p, lp: (micro_lp(p.window, p.wmask), lp)
+)
+register_window_reward("solve_rate")(
+    lambda s: lambda p, lp: (
+        solve_rate(p.window, p.wmask, **_plateau(s)),
+        lp,
+    )
+)
+register_window_reward("learning_potential")(
+    lambda s: lambda p, lp: learning_potential(
+        p.window, p.wmask, p.skill, lp,
+        gamma_fast=s["lp_gamma_fast"], gamma_slow=s["lp_gamma_slow"],
+    )
+)  # fmt: skip

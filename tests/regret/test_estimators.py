@@ -7,6 +7,7 @@ import pytest
 
 from spade import config as config_lib
 from spade.regret import advantages
+from spade.regret import delayed
 from spade.regret import estimators
 
 NAN = float("nan")
@@ -133,9 +134,16 @@ def test_unknown_estimator_and_bad_shapes_say_what_to_do():
     fn(np.zeros((2, 3)), np.ones((2, 3), bool), np.ones(2, bool))
 
 
-def test_every_config_choice_is_registered():
-  validate_choices = config_lib._CHOICES["regret.estimator"]
-  assert set(validate_choices) == set(estimators.ESTIMATORS)
+def test_the_configs_choices_are_the_registries():
+  # A name registered beside its code is a valid config value: the config
+  # reads the registries, it keeps no list of its own.
+  choices = config_lib.choices()
+  assert choices["regret.estimator"] == estimators.estimator_names()
+  assert choices["regret.window_reward"] == delayed.window_reward_names()
+  assert set(choices["regret.window_reward"]) == {
+      "blend", "regret_based", "micro_lp", "solve_rate", "learning_potential"
+  }  # fmt: skip
+  assert choices["train.mode"] == ("spade", "fixed_pool", "adaptive")
 
 
 def test_summarize_ignores_invalid_and_masked():
