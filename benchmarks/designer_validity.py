@@ -66,7 +66,7 @@ from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import slots as slots_lib
 from spade.sandbox import pool as pool_lib
-from spade.selfplay import curriculum
+from spade.selfplay import state as state_lib
 from spade.selfplay import design as design_lib
 from spade.selfplay import engine as engine_lib
 
@@ -228,7 +228,7 @@ def main(argv=None) -> None:
   tokenizer = tokenizer_lib.build_tokenizer(c)
   renderer = engine_lib.PromptRenderer(c, tokenizer)
   design_lib.check_prompt_budget(c, renderer)
-  state = curriculum.LoopState(c)  # the corpus cursor and seeded memory
+  state = state_lib.LoopState.create(c)  # the corpus cursor and seeded memory
   items = designer_prompts_for(
       c, renderer, state, args.designs, args.seed, args.iteration
   )

@@ -67,6 +67,7 @@ from configs import curriculum as curriculum_config  # pylint: disable=g-import-
 from spade import console  # pylint: disable=g-import-not-at-top
 from spade.agent import prompts as agent_prompts  # pylint: disable=g-import-not-at-top
 from spade.environments import ladder  # pylint: disable=g-import-not-at-top
+from spade.environments import library  # pylint: disable=g-import-not-at-top
 from spade.model import transformer  # pylint: disable=g-import-not-at-top
 from spade.selfplay import batching  # pylint: disable=g-import-not-at-top
 from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
@@ -246,34 +247,45 @@ class CurriculumTrainer(loop.Trainer):
     self.probs = win_probabilities(self.engine, config)
     self.trace = []
     self._played = {}
+    self._full_pool = None
 
-  def pool_programs(self):
-    pool = super().pool_programs()
-    if not self.scripted:
-      return pool
+  def _scripted_pool(self):
+    """The fixed pool's program just above the measured frontier."""
+    if self._full_pool is None:
+      self._full_pool = play_lib.pool_programs(
+          self.config, self.envs, library.train_programs()
+      )
     target = min(frontier(self.probs) + 1, LEVELS[-1])
-    return [e for e in pool if ladder.level_of(e.source) == target]
+    return tuple(
+        e for e in self._full_pool if ladder.level_of(e.source) == target
+    )
 
-  def _save_programs(self, it, designs, envs, scores, window_scores, *a):
+  def _save_programs(self, played):
+    scores = played.scores
     self._played = {
-        "played_levels": [ladder.level_of(e.source) for e in envs],
+        "played_levels": [
+            ladder.level_of(e.source) for e in played.window.envs
+        ],
         "mixed_share": mixed_share(scores),
         # Each valid design's (level, designer reward) as the window scored
         # it, and whether it kept the family's secret.
         "design_rewards": [
             (
                 ladder.level_of(d.code),
-                float(window_scores.design_reward[d.index]),
+                float(scores.design_reward[d.index]),
                 ladder.keeps_secret(d.code),
             )
-            for d in designs
+            for d in played.designs
             if d.valid
         ],
     }
-    return super()._save_programs(it, designs, envs, scores, window_scores, *a)
+    return super()._save_programs(played)
 
-  def iteration(self, it):
-    m = super().iteration(it)
+  def step(self, it):
+    if self.scripted:
+      self.state = self.state.replace(pool=self._scripted_pool())
+    m = super().step(it)
+    designed = self.played.designs
     self.probs = win_probabilities(self.engine, self.config)
     designer = self.config.train.mode == "spade"
     row = {
@@ -281,11 +293,9 @@ class CurriculumTrainer(loop.Trainer):
         "win_probs": self.probs,
         "frontier": frontier(self.probs),
         **self._played,
-        "design_levels": [
-            ladder.level_of(d.code) for d in self.designed if d.valid
-        ],
-        "designs": len(self.designed),
-        "designer_tokens": sum(len(d.completion_ids) for d in self.designed),
+        "design_levels": [ladder.level_of(d.code) for d in designed if d.valid],
+        "designs": len(designed),
+        "designer_tokens": sum(len(d.completion_ids) for d in designed),
         "designer_rows": m.get("update/designer_rows", 0.0),
         "agent_rows": m.get("update/agent_rows", 0.0),
         "return_nohint": m.get("agent/return_nohint"),

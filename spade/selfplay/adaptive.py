@@ -19,7 +19,7 @@ The reference's fixed-environment loop with a difficulty controller
   aggregates go into the metrics.
 
 The controller's state lives in the loop state
-(`spade.selfplay.curriculum.LoopState.difficulty`), so it is saved with the
+(`spade.selfplay.state.LoopState.difficulty`), so it is saved with the
 checkpoint and a resumed run goes on where it stopped.
 """
 

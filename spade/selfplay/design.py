@@ -24,6 +24,7 @@ from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.designer import skills as skills_lib
 from spade.environments import audit as audit_lib
+from spade.selfplay import modes
 from spade.selfplay import records
 from spade.selfplay.seeding import seed_for
 
@@ -115,7 +116,7 @@ def check_prompt_budget(config: ml_collections.ConfigDict, engine) -> None:
   documents and examples are shortened to fit at run time, never cut.
   """
   c = config
-  if c.train.mode != "spade" or c.designer.prompt_overflow != "refuse":
+  if not modes.get(c).designs or c.designer.prompt_overflow != "refuse":
     return
   budget = engine.prompt_budget("designer")
   doc = _EMPTY_DOCUMENT if c.grounding.enabled else None

@@ -1,46 +1,56 @@
 """The SPADE host loop: design, validate, play, score, update, remember, save.
 
-One iteration (see DESIGN.md); each phase makes typed records
-(`spade.selfplay.records`) that the next phase reads and never edits:
+`state, metrics = iteration(config, engine, executor, state, it)` runs one
+iteration (see DESIGN.md): the loop state (`spade.selfplay.state.LoopState`)
+goes in, a new one comes out, and each phase takes records
+(`spade.selfplay.records`) and returns records; none assigns to the state:
 
-  1. design    grounding documents + memory examples -> prompts -> sampled
-               programs (designer head) -> `Verdict`s from the sandbox ->
-               hints written for valid programs (before archiving, so a
+  1. pool      a new window: grounding documents + memory examples ->
+               prompts -> programs (designer head) -> `Verdict`s from the
+               sandbox -> hints for valid programs (before archiving, so a
                replay keeps them) -> archived (near-duplicates rejected) ->
-               `Design`s.
-  2. play      `Environment`s (new valid designs, archive replays, the fixed
-               pool or seed programs) -> K episodes without and K with the
-               hint each, all advancing together -> `Episode`s; a failed
-               play is played once more, and a program whose play hung is
-               not played again in the run.
-  3. score     returns R[env, k, hinted] -> `Scores`: regret, designer
-               rewards and advantages, in one jitted function
-               (spade.regret.scoring).
+               `Design`s (`design.design`); then the `Environment`s (new
+               valid designs, archive replays, the fixed pool or seed
+               programs, `play.environments` -> `Drawn`). Between
+               regenerations the open window's pool.
+  2. play      K episodes without and, at regeneration, K with the hint per
+               environment, all advancing together -> `Episode`s
+               (`play.play`); their returns f32[E, K, 2] become the
+               window's next step, R[E, S, K, 2] (`Window.with_plays`).
+  3. score     the window -> `Scores` in one jitted call
+               (`score.score`, `spade.regret.scoring`): the agent's
+               advantages of this iteration's plays; regret, designer
+               rewards and, when the window closes, its registered window
+               reward over every play of the window.
   4. update    rows with signal only (advantage != 0), weighted to make the
                reference's batch of `optim.global_batch_size` samples
                (`score.update_rows`) -> one jitted, sharded, donated update
                of the shared parameters (spade.train.update); designer rows
                wait `optim.designer_delay` iterations in the loop state; an
                iteration without signal skips the update.
-  5. memory, metrics (metrics.jsonl + TensorBoard), programs and verdicts
-     under WORKDIR/programs/iter_NNNNNN/, and an orbax checkpoint of the whole
+  5. the next state (window, delayed rows, blacklist, trackers, difficulty
+     windows), memory stats, and the metrics row. `Trainer` writes
+     metrics.jsonl + TensorBoard, programs and verdicts under
+     WORKDIR/programs/iter_NNNNNN/, and an orbax checkpoint of the whole
      state (train state + loop state) every `train.checkpoint_every`
      iterations.
 
-`train.mode="fixed_pool"` is the baseline: no designer; the agent plays the
-programs of `train.pool_dir` (or the seed library) with the same compute.
-`train.mode="adaptive"` plays a levelled family (`train.family`) at each
-environment's sliding-window level, unhinted (`spade.selfplay.adaptive`).
+`train.mode` (`spade.selfplay.modes`): "fixed_pool" is the baseline, no
+designer, the agent plays the programs of `train.pool_dir` (or the seed
+library) with the same compute; "adaptive" plays a levelled family
+(`train.family`) at each environment's sliding-window level, unhinted
+(`spade.selfplay.adaptive`).
 
 Starting again on the same workdir resumes from the newest checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from absl import logging
 import jax
@@ -50,20 +60,189 @@ import tqdm
 from spade import console
 from spade.environments import library
 from spade.eval import runner as eval_runner
-from spade.selfplay import curriculum as curriculum_lib
+from spade.selfplay import adaptive
 from spade.selfplay import design as design_lib
 from spade.selfplay import engine as engine_lib
 from spade.selfplay import executor as executor_lib
 from spade.selfplay import metrics as metrics_lib
+from spade.selfplay import modes
 from spade.selfplay import play as play_lib
 from spade.selfplay import records
 from spade.selfplay import report
 from spade.selfplay import score as score_lib
+from spade.selfplay import state as state_lib
 from spade.train import checkpoints
 
 PROGRAMS_DIR = "programs"
 # One JSON line per episode played in an iteration (`train.save_episodes`).
 EPISODES_FILE = "episodes.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Played:
+  """One iteration's records, for its metrics and what the run writes
+  beside them (programs, verdicts, episodes, the console's summary)."""
+
+  it: int
+  designed: design_lib.Designed  # empty between regenerations
+  window: records.Window  # with this iteration's plays as its last step
+  episodes: list[records.Episode]
+  stats: Any  # the rollout's `RolloutStats`
+  scores: records.Scores
+  closes: bool  # the window closed: its designs' rows were made
+
+  @property
+  def designs(self) -> list[records.Design]:
+    return self.designed.designs
+
+
+def iteration(
+    config: ml_collections.ConfigDict,
+    engine,
+    executor,
+    state: state_lib.LoopState,
+    it: int,
+    *,
+    on_played: Callable[[Played], None] | None = None,
+) -> tuple[state_lib.LoopState, dict[str, float]]:
+  """Runs iteration `it` from `state`; returns the next state and the
+  iteration's metrics (`on_played`, when given, sees its records first).
+
+  A pool is played over a window (`modes.window_length`: the designer's
+  `regeneration_interval`), hinted at its first iteration; when the window
+  closes, the designs' rewards come from every play of it and their rows
+  join the update `optim.designer_delay` iterations later.
+  """
+  c, t_start, prefill = config, time.perf_counter(), engine.prefill_counts()
+  designed, window, levels, state = _pool(c, engine, executor, state, it)
+  envs = list(window.envs)
+  episodes, stats = play_lib.play(
+      c, engine, executor, it, envs, hinted_arm=window.start == it,
+      skip=state.hung_indices(envs),
+  )  # fmt: skip
+  # Per environment: whether a play of it hung (an environment call past
+  # its budget), for the blacklist and the window's timeout penalty.
+  timed_out = score_lib.timed_out(len(envs), episodes)
+  window = window.with_plays(*score_lib.returns(c, envs, episodes), timed_out)
+  # The last iteration closes an open window and trains every delayed
+  # designer row (the reference's flush at its final rollout,
+  # `optim.flush_designer_rows`), so no design's rows are lost.
+  flush = c.optim.flush_designer_rows and it + 1 >= c.num_iterations
+  closes = flush or it + 1 - window.start >= modes.window_length(c)
+  scores, lp = score_lib.score(c, window, state.lp, closes)
+  agent_samples, total = score_lib.agent_samples(c, episodes, scores)
+  designer_samples = []
+  if closes:
+    designer_samples = score_lib.designer_samples(c, window, scores, total)
+    total += len(window.designs)
+    state.remember_window(it, window, scores)
+  if window.start == it:
+    state.remember_regeneration(it, window, scores)
+  due, queue = state.delay_designer_rows(
+      it, designer_samples, c.optim.designer_delay, flush=flush
+  )
+  state = state.replace(
+      window=None if closes else window, lp=lp, delayed=queue,
+      hung=state.with_hung(envs, timed_out),
+      difficulty=_difficulty(c, state.difficulty, levels, scores),
+  )  # fmt: skip
+  # The batch of `optim.global_batch_size` samples: designs first, agent
+  # episodes duplicated or trimmed by copy counts.
+  agent_rows, due_rows, samples, shaping = score_lib.update_rows(
+      c, agent_samples, due, total
+  )
+  updated, update_s = update(engine, it, agent_rows, due_rows, samples)
+  played = Played(it, designed, window, episodes, stats, scores, closes)
+  if on_played is not None:
+    on_played(played)
+  signal = sum(map(len, agent_samples)) + sum(
+      r is not None for r in designer_samples
+  )
+  rows = (len(agent_rows), len(due_rows), signal, total)
+  counts = tuple(b - a for a, b in zip(prefill, engine.prefill_counts()))
+  seconds = time.perf_counter() - t_start
+  return state, _metrics(
+      played, state, rows, {**updated, **shaping}, update_s, counts, seconds
+  )
+
+
+def _pool(config, engine, executor, state, it):
+  """The pool this iteration plays: the open window, or a new one (the
+  designs, in "spade" mode, and the environments drawn). Returns (the
+  design phase's `Designed`, the window, the (name, level) of each
+  environment in adaptive mode, the state with the draw's cursor)."""
+  designed = design_lib.Designed([], records.Timings(), {})
+  if state.window is not None:
+    return designed, state.window, [], state
+  if modes.get(config).designs:
+    designed = design_lib.design(config, engine, executor, state, it)
+  drawn = play_lib.environments(config, state, it, designed.designs, executor)
+  window = records.Window.open(it, drawn.envs, designed.designs)
+  state = state.replace(pool_cursor=drawn.pool_cursor, pool=drawn.pool)
+  return designed, window, drawn.levels, state
+
+
+def _metrics(played, state, rows, updated, update_s, prefill, seconds):
+  """The iteration's metrics.jsonl row (`metrics.iteration_metrics`)."""
+  designed, window, stats = played.designed, played.window, played.stats
+  return metrics_lib.iteration_metrics(
+      designs=designed.designs,
+      window=window,
+      episodes=played.episodes,
+      scores=played.scores,
+      stats=stats,
+      closes=played.closes,
+      rows=rows,
+      timings=designed.timings
+      + records.Timings(stats.sampling_s, stats.sandbox_s, update_s),
+      seconds=seconds,
+      prefill=prefill,
+      extra={
+          **designed.metrics,
+          **updated,
+          **state.metrics(
+              replayed=sum(e.origin == "replay" for e in window.envs),
+              total=len(window.envs),
+          ),
+          "designer/diversity": state_lib.diversity(
+              [d.code for d in designed.designs]
+          ),
+          **score_lib.compact_metrics(state.config, played.episodes),
+      },
+  )
+
+
+def _difficulty(config, windows, levels, scores):
+  """adaptive mode: the difficulty windows after this iteration's plays
+  at `levels` (the others keep theirs)."""
+  if not modes.get(config).levelled:
+    return windows
+  return adaptive.update(config, windows, levels, scores.returns, scores.mask)
+
+
+def update(
+    engine, it: int, agent_rows, designer_rows, samples: int = 0
+) -> tuple[dict, float]:
+  """One shared update on the rows with signal (skipped without any),
+  `samples` the loss's divisor (`score.update_rows`); returns its metrics
+  and seconds."""
+  t = time.perf_counter()
+  if not agent_rows and not designer_rows:
+    console.say(
+        "iteration %d: no row carries signal (every group's returns were"
+        " equal); update skipped",
+        it + 1,
+    )
+    return {"train/update_skipped": 1.0}, 0.0
+  console.say(
+      "iteration %d: update on %d agent and %d designer rows",
+      it + 1,
+      len(agent_rows),
+      len(designer_rows),
+  )
+  out = engine.update(agent_rows, designer_rows, samples)
+  out["train/update_skipped"] = 0.0
+  return out, time.perf_counter() - t
 
 
 class Trainer:
@@ -84,7 +263,7 @@ class Trainer:
         workdir, keep=config.train.keep_checkpoints
     )
     self.writer = metrics_lib.MetricWriter(workdir)
-    self.state = curriculum_lib.LoopState(config)
+    self.state = state_lib.LoopState.create(config)
     self.start = 0
     restored = checkpoints.restore_latest(
         self.manager, checkpoints.abstract_like(self.engine.state)
@@ -92,206 +271,39 @@ class Trainer:
     if restored is not None:
       step, state, loop_state = restored
       self.engine.state = state
-      self.state.load(loop_state)
+      self.state = self.state.restored(loop_state)
       self.start = step
       self.writer.drop_after(step)
       console.say("resumed from %s at iteration %d", workdir, step)
-    self.seeds = [
-        p for p in library.seed_programs() if not getattr(p, "heldout", False)
-    ]
-    self._pool_programs = None
-    # This iteration's designs and what each earned, for the run's summary
-    # (`report`).
-    self.designed: list[records.Design] = []
-    self.earned: dict[int, dict[str, float | None]] = {}
+    # The last iteration's records, for the run's summary (`report`).
+    self.played: Played | None = None
 
-  # -- phases ---------------------------------------------------------------
+  def step(self, it: int) -> dict[str, float]:
+    """Runs iteration `it`: the next loop state and the iteration's
+    metrics; its programs are saved."""
+    self.state, m = iteration(
+        self.config, self.engine, self.envs, self.state, it,
+        on_played=self._keep,
+    )  # fmt: skip
+    return m
 
-  def pool_programs(self) -> list[records.Environment]:
-    """The fixed pool (`play.pool_programs`), validated once per run."""
-    if self._pool_programs is None:
-      self._pool_programs = play_lib.pool_programs(
-          self.config, self.envs, self.seeds
-      )
-    return self._pool_programs
+  def _keep(self, played: Played) -> None:
+    self.played = played
+    self._save_programs(played)
 
-  def update(
-      self, it, agent_rows, designer_rows, samples: int = 0
-  ) -> tuple[dict, float]:
-    """One shared update on the rows with signal (skipped without any),
-    `samples` the loss's divisor (`score.update_rows`); returns its metrics
-    and seconds."""
-    t = time.perf_counter()
-    if not agent_rows and not designer_rows:
-      console.say(
-          "iteration %d: no row carries signal (every group's returns were"
-          " equal); update skipped",
-          it + 1,
-      )
-      return {"train/update_skipped": 1.0}, 0.0
-    console.say(
-        "iteration %d: update on %d agent and %d designer rows",
-        it + 1,
-        len(agent_rows),
-        len(designer_rows),
-    )
-    out = self.engine.update(agent_rows, designer_rows, samples)
-    out["train/update_skipped"] = 0.0
-    return out, time.perf_counter() - t
-
-  # -- one iteration ----------------------------------------------------------
-
-  def iteration(self, it: int) -> dict[str, float]:
-    """Runs iteration `it` and returns its metrics.
-
-    In "spade" mode the designer regenerates the pool every
-    `designer.regeneration_interval` iterations (the reference's 4) and the
-    agent plays it with and without hints then; in between it plays the
-    same pool without hints. When the window closes, the designer's rewards
-    come from every play of the window, and its rows go to the update
-    (after `optim.designer_delay` more iterations).
-    """
-    c, t_start = self.config, time.perf_counter()
-    prefill = self.engine.prefill_counts()
-    window = self.state.window
-    designed = design_lib.Designed([], records.Timings(), {})
-    if window is None:
-      if c.train.mode == "spade":
-        designed = design_lib.design(c, self.engine, self.envs, self.state, it)
-      envs = play_lib.environments(
-          c, self.state, it, designed.designs, self.pool_programs
-      )
-      window = records.Window(
-          it, envs, designed.designs, [[[], []] for _ in envs]
-      )
-    envs = window.envs
-    episodes, stats = play_lib.play(
-        c,
-        self.engine,
-        self.envs,
-        it,
-        envs,
-        hinted_arm=window.start == it,
-        skip=self.state.hung_indices(envs),
-    )
-    # Per environment: whether a play of it hung (an environment call past
-    # its budget), for the blacklist and the window's timeout penalty.
-    timed_out = score_lib.timed_out(len(envs), episodes)
-    self.state.blacklist_hung(envs, timed_out)
-    scores = score_lib.score(c, [], envs, *score_lib.returns(c, envs, episodes))
-    self.state.update_difficulty(scores)  # adaptive mode: windows learn
-    agent_samples, total = score_lib.agent_samples(c, episodes, scores)
-    compact = {}
-    if c.agent.compact_filter:
-      filtered, trainable = score_lib.compact_filtered(c, episodes)
-      compact = {
-          "rollout/compact_filtered_count": float(filtered),
-          "rollout/compact_filtered_pct": filtered / max(trainable, 1),
-      }
-    window = window.with_plays(scores.returns, scores.mask, timed_out)
-    if window.start == it:
-      self.state.remember_regeneration(it, window, scores)
-    interval = (
-        c.designer.regeneration_interval if c.train.mode == "spade" else 1
-    )
-    # The last iteration closes an open window and trains every delayed
-    # designer row (the reference's flush at its final rollout,
-    # `optim.flush_designer_rows`), so no design's rows are lost.
-    flush = c.optim.flush_designer_rows and it + 1 >= c.num_iterations
-    closes = flush or it + 1 - window.start >= max(1, interval)
-    # Regret, designer rewards and memory stats: over the window's plays.
-    window_scores = score_lib.score(c, window.designs, envs, *window.arrays())
-    designer_samples = []
-    if closes:
-      window_scores, self.state.lp = score_lib.window_rewards(
-          c, window, window_scores, total, self.state.lp
-      )
-      designer_samples = score_lib.designer_samples(
-          window.designs, window_scores
-      )
-      total += len(window.designs)
-      self._remember(it, envs, window_scores)
-    self.state.window = None if closes else window
-    due = self.state.delay_designer_rows(
-        it, designer_samples, c.optim.designer_delay, flush=flush
-    )
-    # The batch of `optim.global_batch_size` samples: designs first, agent
-    # episodes duplicated or trimmed by copy counts.
-    agent_rows, due_rows, samples, shaping = score_lib.update_rows(
-        c, agent_samples, due, total
-    )
-    update_metrics, update_s = self.update(it, agent_rows, due_rows, samples)
-    self._save_programs(
-        it, designed.designs, envs, scores, window_scores, episodes
-    )
-    self.designed = designed.designs
-    self.earned = _earned(designed.designs, envs, scores, window_scores)
-    timings = designed.timings + records.Timings(
-        stats.sampling_s, stats.sandbox_s, update_s
-    )
-    return metrics_lib.iteration_metrics(
-        designs=designed.designs,
-        window=window,
-        envs=envs,
-        episodes=episodes,
-        scores=scores,
-        window_scores=window_scores,
-        stats=stats,
-        hinted_arm=any(ep.hinted for ep in episodes),
-        closes=closes,
-        rows=(
-            len(agent_rows),
-            len(due_rows),
-            sum(map(len, agent_samples))
-            + sum(r is not None for r in designer_samples),
-            total,
-        ),
-        timings=timings,
-        seconds=time.perf_counter() - t_start,
-        prefill=tuple(
-            b - a for a, b in zip(prefill, self.engine.prefill_counts())
-        ),
-        extra={
-            **designed.metrics,
-            **update_metrics,
-            **shaping,
-            **self.state.metrics(
-                replayed=sum(e.origin == "replay" for e in envs),
-                total=len(envs),
-            ),
-            "designer/diversity": self.state.diversity(
-                [d.code for d in designed.designs]
-            ),
-            **compact,
-        },
-    )
-
-  def _remember(self, it, envs, scores: records.Scores) -> None:
-    """Archive stats of every archived environment played."""
-    for e, env in enumerate(envs):
-      if env.archive_id is None:
-        continue
-      m = scores.mask[e]
-      self.state.update_stats(
-          env.archive_id,
-          iteration=it,
-          regret=float(scores.regret[e]),
-          win_rate_hint=_arm_mean(scores, e, 1) or 0.0,
-          win_rate_nohint=_arm_mean(scores, e, 0) or 0.0,
-          episodes=int(m.sum()),
-      )
-
-  def _save_programs(
-      self, it, designs, envs, scores, window_scores, episodes=()
-  ):
+  def _save_programs(self, played: Played):
+    """WORKDIR/programs/iter_NNNNNN/: the designs, the verdicts and what
+    each environment earned, and (`train.save_episodes`) every episode."""
     if not self.config.train.save_programs or jax.process_index() != 0:
       return
+    it, designs, scores = played.it, played.designs, played.scores
+    envs = played.window.envs
     folder = self._programs_folder(it)
     os.makedirs(folder, exist_ok=True)
     if self.config.train.save_episodes:
       rule = self.config.agent.return_rule
       with open(os.path.join(folder, EPISODES_FILE), "w") as f:
-        for ep in episodes:
+        for ep in played.episodes:
           f.write(json.dumps(_transcript(ep, envs[ep.env_index], rule)) + "\n")
     index = []
     for d in designs:
@@ -305,29 +317,29 @@ class Trainer:
               "hint": d.hint,
               "archive_id": d.archive_id,
               "grounding_id": d.grounding_id,
-              "reward_so_far": float(window_scores.design_reward[d.index]),
+              "reward_so_far": float(scores.design_reward[d.index]),
           }
       )
-    played = [
+    played_envs = [
         {
             "origin": env.origin,
             "design_index": env.design_index,
             "archive_id": env.archive_id,
             "name": env.name,
-            "return_nohint": _arm_mean(scores, e, 0),
-            "return_hint": _arm_mean(scores, e, 1),
+            "return_nohint": scores.arm_mean(e, 0),
+            "return_hint": scores.arm_mean(e, 1),
         }
         for e, env in enumerate(envs)
     ]
     with open(os.path.join(folder, "verdicts.json"), "w") as f:
-      json.dump({"designs": index, "played": played}, f, indent=1)
+      json.dump({"designs": index, "played": played_envs}, f, indent=1)
 
   # -- the run ---------------------------------------------------------------
 
   def run(self) -> None:
     c = self.config
     if self.start == 0 and c.train.warm_start_steps > 0:
-      self.engine.warm_start(self.seeds, c.train.warm_start_steps)
+      self.engine.warm_start(library.train_programs(), c.train.warm_start_steps)
     bar = tqdm.tqdm(
         range(self.start, c.num_iterations),
         initial=self.start,
@@ -337,7 +349,7 @@ class Trainer:
         disable=jax.process_index() != 0 or console.is_muted(),
     )
     for it in bar:
-      m = self.iteration(it)
+      m = self.step(it)
       step = it + 1
       if c.eval.every and c.eval.suites and step % c.eval.every == 0:
         m.update(
@@ -374,7 +386,7 @@ class Trainer:
       )
       if step % c.train.checkpoint_every == 0 or step == c.num_iterations:
         checkpoints.save(
-            self.manager, step, self.engine.state, self.state.state()
+            self.manager, step, self.engine.state, self.state.to_json()
         )
         self.state.write_memory_file(self.workdir)
     self.writer.close()
@@ -383,7 +395,7 @@ class Trainer:
       folder, example = self._programs_folder(c.num_iterations - 1), None
       if folder and not os.path.isdir(folder):
         folder = None
-      for d in self.designed:
+      for d in self.played.designs if self.played else []:
         if d.valid and folder:
           example = os.path.join(folder, f"design_{d.index:03d}.py")
           break
@@ -403,8 +415,11 @@ class Trainer:
     """Iteration `it`'s summary: on the console, in summary.md, plots."""
     if jax.process_index() != 0:
       return
+    designs = self.played.designs if self.played else []
     rows = report.design_rows(
-        self.designed, self.config.memory.duplicate_threshold, self.earned
+        designs,
+        self.config.memory.duplicate_threshold,
+        _earned(self.played) if self.played else {},
     )
     for line in report.iteration_lines(it + 1, rows, m):
       console.say(line)
@@ -418,18 +433,19 @@ class Trainer:
     report.write_html(self.workdir)
 
 
-def _earned(designs, envs, scores, window_scores):
+def _earned(played: Played) -> dict[int, dict[str, float | None]]:
   """Design index -> its environment's mean returns without and with the
   hint this iteration, its regret and its designer reward so far."""
+  designs, scores = played.designs, played.scores
   out = {}
-  for e, env in enumerate(envs):
+  for e, env in enumerate(played.window.envs):
     if env.design_index is None or env.design_index >= len(designs):
       continue
     out[env.design_index] = {
-        "return_nohint": _arm_mean(scores, e, 0),
-        "return_hint": _arm_mean(scores, e, 1),
-        "regret": float(window_scores.regret[e]),
-        "reward": float(window_scores.design_reward[env.design_index]),
+        "return_nohint": scores.arm_mean(e, 0),
+        "return_hint": scores.arm_mean(e, 1),
+        "regret": float(scores.regret[e]),
+        "reward": float(scores.design_reward[env.design_index]),
     }
   return out
 
@@ -461,12 +477,6 @@ def _transcript(
       "error": ep.error,
       "return": ep.episode_return(rule),
   }
-
-
-def _arm_mean(scores: records.Scores, e: int, h: int) -> float | None:
-  """Mean return of environment e's arm h over its unmasked episodes."""
-  m = scores.mask[e, :, h]
-  return float(scores.returns[e, :, h][m].mean()) if m.any() else None
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:

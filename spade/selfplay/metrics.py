@@ -84,12 +84,9 @@ def iteration_metrics(
     *,
     designs: Sequence[records.Design],
     window: records.Window,
-    envs: Sequence[records.Environment],
     episodes: Sequence[records.Episode],
     scores: records.Scores,
-    window_scores: records.Scores,
     stats: Any,
-    hinted_arm: bool,
     closes: bool,
     rows: tuple[int, int, int, int],
     timings: records.Timings,
@@ -101,14 +98,12 @@ def iteration_metrics(
 
   Args:
     designs: the designs made this iteration (none between regenerations).
-    window: the regeneration window, with this iteration's plays added.
-    envs: the environments played.
+    window: the regeneration window, with this iteration's plays added (its
+      environments are the ones played).
     episodes: this iteration's episodes.
-    scores: scores of this iteration's plays.
-    window_scores: scores of every play of the window (regret, designer
-      reward, memory stats come from these).
+    scores: the iteration's `Scores`: `now` of this iteration's plays;
+      regret and designer rewards over every play of the window.
     stats: the rollout's `RolloutStats`.
-    hinted_arm: whether the hinted arm was played.
     closes: whether the window closed (designer rows made).
     rows: (agent rows updated on, designer rows updated on, rows made this
       iteration with signal, rows made in all).
@@ -123,22 +118,23 @@ def iteration_metrics(
     if not d.valid:
       reasons[d.verdict.reason] = reasons.get(d.verdict.reason, 0) + 1
   lengths = [len(ep.turns) for ep in episodes] or [0]
-  summary = window_scores.summary
+  envs = window.envs
+  summary = scores.summary
   out = {
       "designer/num_designs": float(len(designs)),
       "designer/valid_rate": (
           float(np.mean([d.valid for d in designs])) if designs else 0.0
       ),
       "designer/reward_mean": (
-          float(window_scores.design_reward.mean()) if window.designs else 0.0
+          float(scores.design_reward.mean()) if window.designs else 0.0
       ),
       "designer/window_closed": float(closes),
       "regret/mean": summary["regret_mean"],
       "agent/return_hint": summary["return_hint"],
-      "agent/return_nohint": scores.summary["return_nohint"],
+      "agent/return_nohint": scores.now["return_nohint"],
       "agent/window_return_nohint": summary["return_nohint"],
       "agent/hint_gap": summary["return_hint"] - summary["return_nohint"],
-      "agent/hinted_arm": float(hinted_arm),
+      "agent/hinted_arm": float(any(ep.hinted for ep in episodes)),
       "agent/episodes": float(len(episodes)),
       "agent/episode_length_mean": float(np.mean(lengths)),
       "agent/episode_length_max": float(np.max(lengths)),

@@ -10,13 +10,16 @@ episode k of either arm resets with the same seed. An unhinted play whose
 environment failed (not by hanging) is played again
 (`agent.retry_failed_plays`); a program whose play hung is left out for the
 rest of the run (`environments.blacklist_hung`, `LoopState.hung`).
+`environments` returns what it drew (`Drawn`); `play` returns the episodes;
+neither assigns to the loop state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
-from typing import Collection
+from typing import Any, Collection
 
 from absl import logging
 import ml_collections
@@ -24,7 +27,9 @@ import numpy as np
 
 from spade import console
 from spade.agent import rollout
+from spade.environments import library
 from spade.selfplay import adaptive
+from spade.selfplay import modes
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay.seeding import seed_for
@@ -92,28 +97,53 @@ def pool_programs(
   return pool
 
 
+@dataclasses.dataclass(frozen=True)
+class Drawn:
+  """What the play phase drew for a new pool: the environments, the
+  (name, level) each is played at (adaptive mode), the static pool's draw
+  cursor after the draw and the fixed pool (validated once per run)."""
+
+  envs: list[records.Environment]
+  levels: list[tuple[str, int]]
+  pool_cursor: Any
+  pool: tuple[records.Environment, ...] | None
+
+
 def environments(
     config: ml_collections.ConfigDict,
     state,
     it: int,
     designs: list[records.Design],
-    pool,
-) -> list[records.Environment]:
-  """The environments the agent plays in iteration `it`; `pool()` returns
-  the fixed pool (called only when needed)."""
+    executor,
+) -> Drawn:
+  """The environments the agent plays in iteration `it` and what drawing
+  them changed; the fixed pool (`state.pool`, else `pool_programs` of the
+  seed library, validated by `executor`) is read only when needed."""
   c = config
-  if c.train.mode == "adaptive":
-    envs, state.played_levels = adaptive.environments(c, state, it)
-    return envs
-  out = _new_environments(config, state, it, designs, pool)
+  mode = modes.get(c)
+  if mode.levelled:
+    envs, levels = adaptive.environments(c, state, it)
+    return Drawn(envs, levels, state.pool_cursor, state.pool)
+  pool = state.pool
+
+  def programs():
+    nonlocal pool
+    if pool is None:
+      pool = tuple(pool_programs(c, executor, library.train_programs()))
+    return pool
+
+  out, cursor = _new_environments(config, state, it, designs, programs)
   # The reference's Stage 3 (`collect_trajectories`): a program whose play
   # hung is not played again; nothing takes its place.
-  return [env for env in out if not state.is_hung(env.source)]
+  envs = [env for env in out if not state.is_hung(env.source)]
+  return Drawn(envs, [], cursor, pool)
 
 
 def _new_environments(config, state, it, designs, pool):
-  """`environments` before the hung programs are left out."""
+  """`environments` before the hung programs are left out, and the static
+  pool's cursor after the draw."""
   c = config
+  cursor = state.pool_cursor
   out = [
       records.Environment(
           source=d.code,
@@ -137,26 +167,21 @@ def _new_environments(config, state, it, designs, pool):
         )
     )
   fill = c.designer.num_envs - len(out)
-  if c.train.mode == "fixed_pool" or (
-      c.designer.use_seed_programs and fill > 0
-  ):
+  from_pool = modes.get(c).pool
+  if from_pool or (c.designer.use_seed_programs and fill > 0):
     programs = pool()
     rng = np.random.default_rng(seed_for(c.seed, it, "seeds"))
-    count = c.designer.num_envs if c.train.mode == "fixed_pool" else fill
-    if programs and (
-        c.train.mode == "fixed_pool"
-        and c.train.pool_draw == "without_replacement"
-    ):
+    count = c.designer.num_envs if from_pool else fill
+    if programs and (from_pool and c.train.pool_draw == "without_replacement"):
       by_name = {p.name: p for p in programs}
-      out.extend(
-          by_name[n] for n in state.draw_pool([p.name for p in programs], count)
-      )
+      names, cursor = state.draw_pool([p.name for p in programs], count)
+      out.extend(by_name[n] for n in names)
     elif programs:
       picks = rng.choice(
           len(programs), size=count, replace=len(programs) < count
       )
       out.extend(programs[int(j)] for j in picks)
-  return out
+  return out, cursor
 
 
 def play(
@@ -184,7 +209,7 @@ def play(
       len(playable), c.agent.plays_per_iteration, c.agent.episodes_per_env
   )
   arms = [(False, unhinted)]
-  if hinted_arm and c.agent.play_hinted and c.train.mode != "adaptive":
+  if hinted_arm and c.agent.play_hinted and modes.get(c).hinted:
     arms.append((True, score_lib.hint_episodes(c)))
   specs = []
   for e in playable:

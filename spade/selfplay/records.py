@@ -11,8 +11,11 @@
   Turn/Episode what the agent sampled, token for token, and what the
                environment answered (defined in `spade.agent.episodes`,
                made by `spade.agent.rollout`, re-exported here).
-  Scores       regret, designer rewards and advantages, all from one jitted
-               function over the returns tensor (`spade.regret.scoring`).
+  Window       a regenerated pool and its plays R[E, S, K, 2] with a mask,
+               a step appended each iteration of the window.
+  Scores       an iteration's regret, designer rewards and advantages, all
+               from one jitted call over the window's plays
+               (`spade.regret.scoring`).
 
 Nothing here is mutated after it is made: a later phase that learns more
 makes a new record (`dataclasses.replace`).
@@ -178,7 +181,7 @@ class Timings:
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Window:
   """A regenerated pool and every play of it over its window.
 
@@ -191,97 +194,181 @@ class Window:
     start: the iteration that regenerated the pool.
     envs: the environments played over the window.
     designs: the designs made at regeneration (valid or not).
-    plays: per environment, [unhinted returns, hinted returns] so far.
-    steps: per environment, its unhinted returns of each iteration of the
-      window in order (step offset 0: the regeneration step), for the
-      reference's matched-timing and per-step window rewards.
-    timed_out: per environment, whether a step() of it ran past its budget.
+    returns: f32[E, S, K, 2], the return of play k of environment e at step
+      offset s of the window (s = 0: the regeneration step), without ([...,
+      0]) and with ([..., 1]) the hint; S the window's iterations so far.
+    mask: bool[E, S, K, 2], True where that play was played and kept.
+    timed_out: bool[E], whether a step() of the environment ran past its
+      budget in the window.
+    widths: the play slots K_s of each step's plays (K is their maximum),
+      so a step is scored at the width it was played at.
   """
 
   start: int
-  envs: list[Environment]
-  designs: list[Design]
-  plays: list[list[list[float]]]
-  steps: list[list[list[float]]] = dataclasses.field(default_factory=list)
-  timed_out: list[bool] = dataclasses.field(default_factory=list)
+  envs: tuple[Environment, ...]
+  designs: tuple[Design, ...]
+  returns: np.ndarray
+  mask: np.ndarray
+  timed_out: np.ndarray
+  widths: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    for a in (self.returns, self.mask, self.timed_out):
+      a.flags.writeable = False  # frozen: a new step makes a new Window
+
+  @classmethod
+  def open(
+      cls, start: int, envs: Sequence[Environment], designs: Sequence[Design]
+  ) -> "Window":
+    """A window regenerated at iteration `start`, with no plays yet."""
+    n = max(len(envs), 1)
+    return cls(
+        start,
+        tuple(envs),
+        tuple(designs),
+        np.zeros((n, 0, 1, 2), np.float32),
+        np.zeros((n, 0, 1, 2), bool),
+        np.zeros((n,), bool),
+    )
 
   def with_plays(
       self,
       returns: np.ndarray,
       mask: np.ndarray,
-      timed_out: Sequence[bool] = (),
+      timed_out: np.ndarray,
   ) -> "Window":
-    """This window with one iteration's returns f32[E, K, 2] added where
-    `mask` is True (and the environments whose step() timed out)."""
-    n = len(self.envs)
-    new = [
-        [
-            [float(r) for r, m in zip(returns[e, :, h], mask[e, :, h]) if m]
-            for h in (0, 1)
-        ]
-        for e in range(n)
-    ]
-    steps = self.steps or [[] for _ in range(n)]
-    was = list(self.timed_out) or [False] * n
-    now = list(timed_out) or [False] * n
+    """This window with one iteration's plays f32[E, K, 2] (where `mask`)
+    as its next step, and the environments whose step() timed out."""
+    n, s, k, _ = self.returns.shape
+    k = max(k, returns.shape[1])
+    new_r = np.zeros((n, s + 1, k, 2), np.float32)
+    new_m = np.zeros((n, s + 1, k, 2), bool)
+    new_r[:, :s, : self.returns.shape[2]] = self.returns
+    new_m[:, :s, : self.returns.shape[2]] = self.mask
+    new_r[:, s, : returns.shape[1]] = np.where(mask, returns, 0.0)
+    new_m[:, s, : returns.shape[1]] = mask
+    hung = np.zeros((n,), bool)
+    hung[: len(timed_out)] = np.asarray(timed_out, bool)
     return dataclasses.replace(
         self,
-        plays=[
-            [self.plays[e][h] + new[e][h] for h in (0, 1)] for e in range(n)
-        ],
-        steps=[list(steps[e]) + [new[e][0]] for e in range(n)],
-        timed_out=[bool(was[e] or now[e]) for e in range(n)],
+        returns=new_r,
+        mask=new_m,
+        timed_out=self.timed_out | hung,
+        widths=self.widths + (returns.shape[1],),
     )
 
-  def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-    """The accumulated plays as returns f32[E, K, 2] with their mask."""
-    k = max([len(p) for env in self.plays for p in env] + [1])
-    returns = np.zeros((max(len(self.envs), 1), k, 2), np.float32)
-    mask = np.zeros_like(returns, bool)
-    for e, env in enumerate(self.plays):
-      for h, plays in enumerate(env):
-        returns[e, : len(plays), h] = plays
-        mask[e, : len(plays), h] = True
-    return returns, mask
+  def last_step(self) -> tuple[np.ndarray, np.ndarray]:
+    """The latest step's plays f32/bool[E, K_s, 2], at the width played."""
+    k = self.widths[-1]
+    return self.returns[:, -1, :k], self.mask[:, -1, :k]
+
+  def arm_mean(self, e: int, h: int) -> float | None:
+    """Mean return of environment e's arm h over the window's plays."""
+    m = self.mask[e, ..., h]
+    return float(self.returns[e, ..., h][m].mean()) if m.any() else None
 
   def to_json(self) -> dict[str, Any]:
+    """The window as JSON: per environment, per step, per arm, the returns
+    played (in play order) and the indices k they were played at."""
+    plays = [
+        [
+            [
+                [
+                    [float(self.returns[e, s, k, h]), k]
+                    for k in np.flatnonzero(self.mask[e, s, :, h]).tolist()
+                ]
+                for h in (0, 1)
+            ]
+            for s in range(self.returns.shape[1])
+        ]
+        for e in range(self.returns.shape[0])
+    ]
     return {
         "start": self.start,
         "envs": [e.to_json() for e in self.envs],
         "designs": [d.to_json() for d in self.designs],
-        "plays": self.plays,
-        "steps": self.steps,
-        "timed_out": self.timed_out,
+        "shape": list(self.returns.shape),
+        "widths": list(self.widths),
+        "plays_by_step": plays,
+        "timed_out": self.timed_out.tolist(),
     }
 
   @classmethod
   def from_json(cls, d: Mapping[str, Any]) -> "Window":
-    return cls(
-        start=int(d["start"]),
-        envs=[Environment.from_json(e) for e in d["envs"]],
-        designs=[Design.from_json(x) for x in d["designs"]],
-        plays=[[list(map(float, p)) for p in env] for env in d["plays"]],
-        steps=[
-            [list(map(float, p)) for p in env] for env in d.get("steps", [])
-        ],
-        timed_out=[bool(t) for t in d.get("timed_out", [])],
-    )
+    """The inverse of `to_json`; also reads the lists of returns that
+    checkpoints written before the array layout kept ("plays": per
+    environment [unhinted, hinted], "steps": unhinted by step)."""
+    envs = [Environment.from_json(e) for e in d["envs"]]
+    designs = [Design.from_json(x) for x in d["designs"]]
+    if "plays_by_step" in d:
+      shape = tuple(d["shape"])
+      widths = tuple(int(w) for w in d["widths"])
+      steps = [
+          [[list(map(tuple, arm)) for arm in step] for step in env]
+          for env in d["plays_by_step"]
+      ]
+    else:
+      # steps[e][s]: unhinted returns of step s; the hinted ones were
+      # played at regeneration, step 0.
+      unhinted = d.get("steps") or [[p[0]] for p in d["plays"]]
+      steps = []
+      for e, env_steps in enumerate(unhinted):
+        hinted = list(d["plays"][e][1])
+        steps.append(
+            [
+                [
+                    [(v, k) for k, v in enumerate(plays)],
+                    [(v, k) for k, v in enumerate(hinted)] if s == 0 else [],
+                ]
+                for s, plays in enumerate(env_steps or [[]])
+            ]
+        )
+      s = max([len(x) for x in steps] + [0])
+      k = max([len(a) for x in steps for step in x for a in step] + [1])
+      shape = (max(len(envs), 1), s, k, 2)
+      widths = tuple(
+          max([len(e[j][h]) for e in steps if j < len(e) for h in (0, 1)])
+          for j in range(s)
+      )
+    returns = np.zeros(shape, np.float32)
+    mask = np.zeros(shape, bool)
+    for e, env_steps in enumerate(steps):
+      for s, arms in enumerate(env_steps):
+        for h, plays in enumerate(arms):
+          for value, k in plays:
+            returns[e, s, int(k), h] = value
+            mask[e, s, int(k), h] = True
+    timed_out = np.zeros((shape[0],), bool)
+    flags = [bool(t) for t in d.get("timed_out", [])][: shape[0]]
+    timed_out[: len(flags)] = flags
+    return cls(int(d["start"]), tuple(envs), tuple(designs), returns, mask,
+               timed_out, widths)  # fmt: skip
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Scores:
-  """Everything scored from one iteration's returns (host numpy arrays).
+  """An iteration's scores, from one jitted call over its window's plays
+  (`spade.regret.scoring.make_iteration_scorer`; host numpy arrays).
 
-  returns/mask are f32/bool[E, K, 2] (index 0 without, 1 with the hint);
-  env_score and regret are per environment; design_reward and
-  designer_advantages per design; agent_advantages per episode slot.
+  returns/mask are this iteration's plays f32/bool[E, K, 2] (index 0
+  without, 1 with the hint), agent_advantages theirs per episode slot and
+  `now` their summary (`estimators.summarize`); regret and env_score are per
+  environment, design_reward and designer_advantages per design of the
+  window (the advantages without the update's weight), all over the
+  window's plays, summarised in `summary`.
   """
 
   returns: np.ndarray
   mask: np.ndarray
+  agent_advantages: np.ndarray
+  now: Mapping[str, float]
   regret: np.ndarray
   env_score: np.ndarray
   design_reward: np.ndarray
   designer_advantages: np.ndarray
-  agent_advantages: np.ndarray
   summary: Mapping[str, float]
+
+  def arm_mean(self, e: int, h: int) -> float | None:
+    """Mean return of environment e's arm h this iteration."""
+    m = self.mask[e, :, h]
+    return float(self.returns[e, :, h][m].mean()) if m.any() else None

@@ -1,15 +1,19 @@
 """Score: returns R[env, k, hinted] -> `Scores` -> the update's rows.
 
-`returns` reads played episodes into arrays, `score` computes every score
-from arrays (one jitted call, `spade.regret.scoring`), `agent_samples` and
-`designer_samples` keep the rows that carry signal (advantage != 0) in the
-samples they belong to, and `update_rows` shapes them into the update's
-batch (`optim.global_batch_size`).
+`returns` reads played episodes into arrays (a window appends them as its
+next step, `records.Window.with_plays`), `score` computes every score the
+iteration needs from the window's arrays (one jitted call,
+`spade.regret.scoring.make_iteration_scorer`: the agent's advantages of this
+iteration's plays; regret, designer rewards and, when the window closes,
+its registered window reward over every play of the window),
+`agent_samples` and `designer_samples` keep the rows that carry signal
+(advantage != 0) in the samples they belong to, and `update_rows` shapes
+them into the update's batch (`optim.global_batch_size`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Any
 
 import jax
 import ml_collections
@@ -54,41 +58,64 @@ def returns(
 
 def score(
     config: ml_collections.ConfigDict,
-    designs: list[records.Design],
-    envs: list[records.Environment],
-    returns_: np.ndarray,
-    mask: np.ndarray,
-) -> records.Scores:
-  """Every score of returns f32[E, K, 2] under `mask` (one jitted call)."""
-  valid_env = np.ones((returns_.shape[0],), bool) & (len(envs) > 0)
-  design_of_env = np.full((returns_.shape[0],), -1, np.int32)
+    window: records.Window,
+    lp: Any,
+    closes: bool,
+) -> tuple[records.Scores, Any]:
+  """Every score the iteration needs, in one jitted call over the window's
+  plays (its last step this iteration's): see
+  `spade.regret.scoring.make_iteration_scorer`.
+
+  `lp` is the loop's learning-potential trackers
+  (`state.LearningPotential`), returned updated when the closing window's
+  reward is learning_potential.
+  """
+  envs, designs = window.envs, window.designs
+  n = window.returns.shape[0]
+  design_of_env = np.full((n,), -1, np.int32)
   for e, env in enumerate(envs):
     if env.design_index is not None:
       design_of_env[e] = env.design_index
-  out = jax.device_get(
-      regret_scoring.make_scorer(config)(
-          returns_,
-          mask,
-          valid_env,
+  skills = sorted({d.skill for d in designs})
+  scorer = regret_scoring.make_iteration_scorer(
+      config, closes=closes and bool(designs)
+  )
+  out, tracked = jax.device_get(
+      scorer(
+          window.returns,
+          window.mask,
+          window.timed_out,
+          np.ones((n,), bool) & (len(envs) > 0),
           design_of_env,
           np.array([d.valid for d in designs], bool),
           np.array([d.group for d in designs], np.int32),
+          np.array([skills.index(d.skill) for d in designs], np.int32),
+          lp.take(skills),
+          width=window.widths[-1],
       )
   )
-  summary = {
-      k: float(out[k])
-      for k in ("return_hint", "return_nohint", "regret_mean", "num_episodes")
-  }
-  return records.Scores(
-      returns=returns_,
+  keys = ("return_hint", "return_nohint", "regret_mean", "num_episodes")
+  returns, mask = window.last_step()
+  scores = records.Scores(
+      returns=returns,
       mask=mask,
+      agent_advantages=np.asarray(out["agent_advantages"]),
+      now={k: float(out["now"][k]) for k in keys},
       regret=np.asarray(out["regret"]),
       env_score=np.asarray(out["env_score"]),
       design_reward=np.asarray(out["design_reward"]),
       designer_advantages=np.asarray(out["designer_advantages"]),
-      agent_advantages=np.asarray(out["agent_advantages"]),
-      summary=summary,
+      summary={k: float(out["summary"][k]) for k in keys},
   )
+  r = config.regret
+  if (
+      closes
+      and designs
+      and r.estimator == "reference"
+      and r.window_reward == "learning_potential"
+  ):
+    lp = lp.put(skills, tracked)
+  return scores, lp
 
 
 def agent_samples(
@@ -174,17 +201,56 @@ def compact_filtered(
   return sum(not ep.terminated for ep in trainable), len(trainable)
 
 
+def compact_metrics(
+    config: ml_collections.ConfigDict, episodes: list[records.Episode]
+) -> dict[str, float]:
+  """`rollout/compact_filtered_count` and `_pct` under
+  `agent.compact_filter` (`compact_filtered`); none without it."""
+  if not config.agent.compact_filter:
+    return {}
+  filtered, trainable = compact_filtered(config, episodes)
+  return {
+      "rollout/compact_filtered_count": float(filtered),
+      "rollout/compact_filtered_pct": filtered / max(trainable, 1),
+  }
+
+
+def designer_advantages(
+    config: ml_collections.ConfigDict,
+    window: records.Window,
+    scores: records.Scores,
+    actor_rows: int,
+) -> np.ndarray:
+  """The closing `window`'s designer advantages f32[N], weighted by
+  min(actor rows / valid designs x interval, `regret.max_env_reward_scale`)
+  (`delayed.env_reward_scale`), the reference's weight of the designer's
+  rows against the agent's."""
+  scale = delayed.env_reward_scale(
+      actor_rows,
+      sum(d.valid for d in window.designs),
+      config.designer.regeneration_interval,
+      config.regret.max_env_reward_scale,
+  )
+  return scores.designer_advantages * scale
+
+
 def designer_samples(
-    designs: list[records.Design], scores: records.Scores
+    config: ml_collections.ConfigDict,
+    window: records.Window,
+    scores: records.Scores,
+    actor_rows: int,
 ) -> list[batching.Row | None]:
-  """One entry a design, in order: its update row, or None where its
-  advantage is 0 (it counts among the batch's samples but is not
-  batched)."""
+  """One entry a design of the closing `window`, in order: its update row
+  with its weighted advantage (`designer_advantages`), or None where that
+  is 0 (it counts among the batch's samples but is not batched)."""
   return [
       batching.Row(d.prompt_ids, d.completion_ids, d.logprobs, float(a))
       if float(a) != 0.0
       else None
-      for d, a in zip(designs, scores.designer_advantages)
+      for d, a in zip(
+          window.designs,
+          designer_advantages(config, window, scores, actor_rows),
+      )
   ]
 
 
@@ -240,140 +306,3 @@ def timed_out(num_envs: int, episodes: list[records.Episode]) -> list[bool]:
     if rollout.hung(ep):
       out[ep.env_index] = True
   return out
-
-
-def window_arrays(window: records.Window):
-  """The window's plays as `spade.regret.delayed` takes them: unhinted
-  returns f32[E, S, K] by step offset with their mask, and the hinted
-  returns f32[E, H] of the regeneration step with theirs."""
-  n = max(len(window.envs), 1)
-  steps = window.steps or [[p[0]] for p in window.plays]
-  s = max([len(e) for e in steps] + [1])
-  k = max([len(x) for e in steps for x in e] + [1])
-  h = max([len(p[1]) for p in window.plays] + [1])
-  w = np.zeros((n, s, k), np.float32)
-  wmask = np.zeros_like(w, bool)
-  hint = np.zeros((n, h), np.float32)
-  hmask = np.zeros_like(hint, bool)
-  for e, env_steps in enumerate(steps):
-    for j, plays in enumerate(env_steps):
-      w[e, j, : len(plays)] = plays
-      wmask[e, j, : len(plays)] = True
-  for e, (_, hinted) in enumerate(window.plays):
-    hint[e, : len(hinted)] = hinted
-    hmask[e, : len(hinted)] = True
-  return w, wmask, hint, hmask
-
-
-def window_rewards(
-    config: ml_collections.ConfigDict,
-    window: records.Window,
-    scores: records.Scores,
-    actor_rows: int,
-    lp_state: dict[str, list[float]] | None = None,
-) -> tuple[records.Scores, dict[str, list[float]] | None]:
-  """The window's designer rewards as the reference computes them.
-
-  With `regret.estimator="reference"`: the raw signal per environment by
-  `regret.window_reward` (`spade.regret.delayed`: the blend with
-  `regret.timing`, regret_based, micro_lp, solve_rate, learning_potential),
-  each design's reward its environment's, centred per skill over the
-  designs that are trained (valid, and raw >= 0; with
-  `designer.invalid_designs="penalize"` the invalid ones too, at
-  `regret.invalid_penalty`), times the weight
-  min(actor rows / design rows x interval, `regret.max_env_reward_scale`).
-  Other estimators keep the scorer's rewards, with the same weight.
-  `lp_state` (skill -> [mu_fast, mu_slow, seen]) is learning_potential's
-  state, returned updated.
-
-  Returns:
-    (`scores` with design_reward and designer_advantages replaced, the
-    learning-potential state).
-  """
-  c, r = config, config.regret
-  designs = window.designs
-  n = len(designs)
-  interval = c.designer.regeneration_interval
-  valid = np.array([d.valid for d in designs], bool)
-  scale = delayed.env_reward_scale(
-      actor_rows, int(valid.sum()), interval, r.max_env_reward_scale
-  )
-  if r.estimator != "reference" or not n:
-    return (
-        dataclasses.replace(
-            scores, designer_advantages=scores.designer_advantages * scale
-        ),
-        lp_state,
-    )
-  w, wmask, hint, hmask = window_arrays(window)
-  plateau = dict(
-      plateau_lo=r.plateau_lo,
-      plateau_hi=r.plateau_hi,
-      plateau_ramp=r.plateau_ramp,
-  )
-  env_of = {env.design_index: e for e, env in enumerate(window.envs)
-            if env.design_index is not None}  # fmt: skip
-  skills = sorted({d.skill for d in designs})
-  if r.window_reward == "blend":
-    raw_env = delayed.blend(
-        w, wmask, hint, hmask, timing=r.timing,
-        regret_weight=r.regret_weight, regret_scale=r.regret_scale,
-        plateau_weight=r.plateau_weight, **plateau,
-    )  # fmt: skip
-  elif r.window_reward == "regret_based":
-    raw_env = delayed.regret_based(
-        w, wmask, hint, hmask,
-        np.array(window.timed_out or [False] * len(w), bool)[: len(w)],
-        timeout_penalty=r.timeout_penalty,
-    )  # fmt: skip
-  elif r.window_reward == "micro_lp":
-    raw_env = delayed.micro_lp(w, wmask)
-  elif r.window_reward == "solve_rate":
-    raw_env = delayed.solve_rate(w, wmask, **plateau)
-  elif r.window_reward == "learning_potential":
-    lp_state = dict(lp_state or {})
-    env_skill = np.zeros((len(w),), np.int32)
-    for i, e in env_of.items():
-      env_skill[e] = skills.index(designs[i].skill)
-    old = [lp_state.get(s, [0.0, 0.0, 0.0]) for s in skills]
-    state = delayed.LPState(
-        np.array([o[0] for o in old], np.float32),
-        np.array([o[1] for o in old], np.float32),
-        np.array([bool(o[2]) for o in old]),
-    )
-    raw_env, state = delayed.learning_potential(
-        w, wmask, env_skill, state,
-        gamma_fast=r.lp_gamma_fast, gamma_slow=r.lp_gamma_slow,
-    )  # fmt: skip
-    state = jax.device_get(state)
-    for j, s in enumerate(skills):
-      lp_state[s] = [
-          float(state.mu_fast[j]), float(state.mu_slow[j]),
-          float(state.seen[j]),
-      ]  # fmt: skip
-  else:
-    raise ValueError(
-        f"unknown regret.window_reward {r.window_reward!r}; one of"
-        f" {delayed.WINDOW_REWARDS}"
-    )
-  raw_env = np.asarray(jax.device_get(raw_env), np.float32)
-  raw = np.full((n,), r.invalid_penalty, np.float32)
-  for i, e in env_of.items():
-    raw[i] = raw_env[e]
-  has_env = np.array([i in env_of for i in range(n)], bool)
-  keep = valid & has_env & (raw >= 0)
-  if c.designer.invalid_designs == "penalize":
-    # Ours: an invalid design stays in its skill's group at
-    # regret.invalid_penalty, so its rows are pushed down and its valid
-    # neighbours up (the reference's "drop" leaves it out).
-    keep = keep | ~valid
-  skill_ids = np.array([skills.index(d.skill) for d in designs], np.int32)
-  adv = delayed.centre_per_skill(raw, skill_ids, keep, scale)
-  return (
-      dataclasses.replace(
-          scores,
-          design_reward=raw,
-          designer_advantages=np.asarray(jax.device_get(adv), np.float32),
-      ),
-      lp_state,
-  )

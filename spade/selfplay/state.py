@@ -1,11 +1,21 @@
-"""The loop state: grounding cursor, memory archive (with its replay
-buffer), the delayed designer rows, the regeneration window, the
-adaptive mode's difficulty windows, the static pool's draw cursor and the
-programs whose play hung.
+"""The loop state: a frozen record that each iteration takes and returns.
 
-All of it is plain host-side state, identical on every process (every process
-makes the same calls in the same order), saved whole as one JSON item in the
-checkpoint (so a resume continues exactly where the run was) and the archive
+`LoopState` holds what one iteration leaves for the next: the regeneration
+window (`records.Window`), the designer rows waiting their delay, the
+learning-potential trackers, the adaptive mode's difficulty windows, the
+static pool's draw cursor, the programs whose play hung, and the memory's
+stores (grounding corpus, archive with its replay buffer, prompt FIFO).
+`spade.selfplay.loop.iteration` returns a new one (`dataclasses.replace`);
+no phase assigns to it.
+
+The stores are objects with their own checkpointed state: the design phase
+reads documents and examples and archives its programs through them, the
+play phase draws replays, and the iteration records the window's stats in
+them. Everything else here is a value.
+
+All of it is identical on every process (every process makes the same calls
+in the same order), saved whole as one JSON item in the checkpoint
+(`to_json`; a resume continues exactly where the run was) and the archive
 mirrored to `WORKDIR/memory.json` for `spade.memory.show`.
 """
 
@@ -17,10 +27,11 @@ import hashlib
 import json
 import os
 import random
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import jax
 import ml_collections
+import numpy as np
 
 from spade import grounding
 from spade.environments import difficulty as difficulty_lib
@@ -30,7 +41,9 @@ from spade.selfplay import records
 from spade.memory import archive as archive_lib
 from spade.memory import dedup
 from spade.memory import fifo as fifo_lib
+from spade.regret import delayed
 from spade.selfplay import adaptive
+from spade.selfplay import modes
 from spade.selfplay import multihost
 
 
@@ -99,59 +112,158 @@ def seed_programs(seed_dir: str) -> list[tuple[str, str, str]]:
   return out
 
 
-class LoopState:
-  """Grounding, memory, the regeneration window, the delayed designer rows.
+@dataclasses.dataclass(frozen=True, eq=False)
+class LearningPotential:
+  """learning_potential's per-skill trackers (`spade.regret.delayed`), as
+  arrays over the skills seen so far, in the order first seen."""
 
-  One object, saved and restored whole with the checkpoint.
+  skills: tuple[str, ...] = ()
+  mu_fast: np.ndarray = dataclasses.field(
+      default_factory=lambda: np.zeros((0,), np.float32)
+  )
+  mu_slow: np.ndarray = dataclasses.field(
+      default_factory=lambda: np.zeros((0,), np.float32)
+  )
+  seen: np.ndarray = dataclasses.field(
+      default_factory=lambda: np.zeros((0,), bool)
+  )
+
+  def take(self, skills: Sequence[str]) -> delayed.LPState:
+    """The trackers of `skills`, in that order (zeros for a new skill)."""
+    index = {s: i for i, s in enumerate(self.skills)}
+    rows = np.array([index.get(s, -1) for s in skills], np.int64)
+    known = rows >= 0
+
+    def pick(values, dtype):
+      out = np.zeros((len(rows),), dtype)
+      out[known] = values[rows[known]]
+      return out
+
+    return delayed.LPState(
+        pick(self.mu_fast, np.float32),
+        pick(self.mu_slow, np.float32),
+        pick(self.seen, bool),
+    )
+
+  def put(
+      self, skills: Sequence[str], state: delayed.LPState
+  ) -> "LearningPotential":
+    """These trackers with those of `skills` replaced by `state`'s."""
+    names = self.skills + tuple(s for s in skills if s not in self.skills)
+    grow = len(names) - len(self.skills)
+    fast = np.concatenate([self.mu_fast, np.zeros((grow,), np.float32)])
+    slow = np.concatenate([self.mu_slow, np.zeros((grow,), np.float32)])
+    seen = np.concatenate([self.seen, np.zeros((grow,), bool)])
+    rows = [names.index(s) for s in skills]
+    fast[rows] = np.asarray(state.mu_fast, np.float32)
+    slow[rows] = np.asarray(state.mu_slow, np.float32)
+    seen[rows] = np.asarray(state.seen, bool)
+    return LearningPotential(names, fast, slow, seen)
+
+  def to_json(self) -> dict[str, list[float]]:
+    """skill -> [mu_fast, mu_slow, seen], the checkpoint's form."""
+    return {
+        s: [float(self.mu_fast[i]), float(self.mu_slow[i]),
+            float(self.seen[i])]
+        for i, s in enumerate(self.skills)
+    }  # fmt: skip
+
+  @classmethod
+  def from_json(cls, d: Mapping[str, Sequence[float]]) -> "LearningPotential":
+    skills = tuple(d)
+    return cls(
+        skills,
+        np.array([d[s][0] for s in skills], np.float32),
+        np.array([d[s][1] for s in skills], np.float32),
+        np.array([bool(d[s][2]) for s in skills], bool),
+    )
+
+
+# Designer rows queued at an iteration: (iteration made, rows), None for a
+# design without signal.
+Queued = tuple[tuple[int, tuple[batching.Row | None, ...]], ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoopState:
+  """What one iteration leaves for the next (see the module docstring).
+
+  Made by `create` (or `create(...).restored(saved)` from a checkpoint);
+  every later one by `dataclasses.replace` in `spade.selfplay.loop`.
+
+  Attributes:
+    config: the run's config.
+    corpus: the grounding corpus (a store: reading it moves its cursor), or
+      None when grounding is off.
+    archive: the environment archive and its replay buffer (a store).
+    fifo: the reference's prompt memory (`memory.retrieval="reference"`), a
+      FIFO of the environments played at regeneration steps (a store).
+    lp: learning_potential's per-skill trackers.
+    delayed: designer rows waiting `optim.designer_delay` iterations.
+    window: the pool being played and its plays, or None.
+    difficulty: adaptive mode: one difficulty window per environment of the
+      family.
+    pool_cursor: fixed_pool with pool_draw="without_replacement": the sorted
+      pool's names, those not yet drawn (in order) and the shuffling
+      generator's state.
+    hung: `program_key`s of the programs whose play hung (an environment
+      call past its budget): not played again this run
+      (`environments.blacklist_hung`).
+    pool: the fixed pool, validated once per run (not checkpointed: a
+      resumed run validates it again), or None until first needed.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict):
-    self.config = config
-    self.corpus = None
-    self._sharded = config.grounding.per_process_shards
-    if config.grounding.enabled and config.train.mode == "spade":
-      self.corpus = grounding.build_corpus(
+  config: ml_collections.ConfigDict
+  corpus: Any
+  archive: archive_lib.Archive
+  fifo: fifo_lib.FifoMemory
+  lp: LearningPotential = LearningPotential()
+  delayed: Queued = ()
+  window: records.Window | None = None
+  difficulty: difficulty_lib.State = dataclasses.field(default_factory=dict)
+  pool_cursor: Mapping[str, Any] | None = None
+  hung: frozenset[str] = frozenset()
+  pool: tuple[records.Environment, ...] | None = None
+
+  @classmethod
+  def create(cls, config: ml_collections.ConfigDict) -> "LoopState":
+    """The state a run starts from."""
+    corpus = None
+    sharded = config.grounding.per_process_shards
+    mode = modes.get(config)
+    if config.grounding.enabled and mode.designs:
+      corpus = grounding.build_corpus(
           config.grounding,
-          process_index=jax.process_index() if self._sharded else 0,
-          process_count=jax.process_count() if self._sharded else 1,
+          process_index=jax.process_index() if sharded else 0,
+          process_count=jax.process_count() if sharded else 1,
       )
-    self.archive = archive_lib.Archive(config.memory)
-    # The reference's prompt memory (`memory.retrieval="reference"`): a
-    # FIFO of the environments played at regeneration steps.
-    self.fifo = fifo_lib.FifoMemory(
+    fifo = fifo_lib.FifoMemory(
         config.memory.capacity, config.memory.code_chars, seed=config.seed
     )
     if config.memory.enabled and config.memory.seed_dir:
-      self.fifo.seed(seed_programs(config.memory.seed_dir))
-    # learning_potential's per-skill trackers (skill -> [fast, slow, seen]).
-    self.lp: dict[str, list[float]] = {}
-    # (iteration made, rows): designer rows waiting `optim.designer_delay`.
-    self.delayed: list[tuple[int, list[batching.Row | None]]] = []
-    # The pool being played and its plays (`records.Window`), or None.
-    self.window = None
-    # adaptive mode: one difficulty window per environment of the family,
-    # and the (name, level) of each environment this iteration plays.
-    self.difficulty: difficulty_lib.State = {}
-    if config.train.mode == "adaptive":
-      self.difficulty = adaptive.initial_state(config)
-    self.played_levels: list[tuple[str, int]] = []
-    # fixed_pool with pool_draw="without_replacement": the sorted pool's
-    # names, those not yet drawn (in order) and the shuffling generator.
-    self.pool_cursor: dict[str, Any] | None = None
-    # `program_key`s of the programs whose play hung (an environment call
-    # past its budget): not played again this run
-    # (`environments.blacklist_hung`).
-    self.hung: set[str] = set()
+      fifo.seed(seed_programs(config.memory.seed_dir))
+    return cls(
+        config=config,
+        corpus=corpus,
+        archive=archive_lib.Archive(config.memory),
+        fifo=fifo,
+        difficulty=(adaptive.initial_state(config) if mode.levelled else {}),
+    )
+
+  def replace(self, **changes) -> "LoopState":
+    """This state with `changes` (`dataclasses.replace`)."""
+    return dataclasses.replace(self, **changes)
 
   def delay_designer_rows(
       self,
       iteration: int,
-      rows: list[batching.Row | None],
+      rows: Sequence[batching.Row | None],
       delay: int,
       flush: bool = False,
-  ) -> list[batching.Row | None]:
+  ) -> tuple[list[batching.Row | None], Queued]:
     """Queues this iteration's designer rows; returns the rows now due
-    (with `flush`, every queued row: the run's last iteration).
+    (with `flush`, every queued row: the run's last iteration) and the
+    queue left.
 
     None stands for a design without signal (`score.designer_samples`):
     never batched, it still counts among the update's samples
@@ -162,25 +274,18 @@ class LoopState:
     the loss) correct for the staleness, as the reference's
     `--spade-proposer-training-delay` does.
     """
-    self.delayed.append((iteration, list(rows)))
+    queue = self.delayed + ((iteration, tuple(rows)),)
     due: list[batching.Row | None] = []
-    while self.delayed and (flush or self.delayed[0][0] + delay <= iteration):
-      due.extend(self.delayed.pop(0)[1])
-    return due
+    while queue and (flush or queue[0][0] + delay <= iteration):
+      due.extend(queue[0][1])
+      queue = queue[1:]
+    return due, queue
 
-  def update_difficulty(self, scores: records.Scores) -> None:
-    """adaptive mode: the windows learn from this iteration's plays."""
-    if self.config.train.mode == "adaptive":
-      self.difficulty = adaptive.update(
-          self.config,
-          self.difficulty,
-          self.played_levels,
-          scores.returns,
-          scores.mask,
-      )
-
-  def draw_pool(self, names: list[str], n: int) -> list[str]:
-    """n pool names drawn without replacement across iterations.
+  def draw_pool(
+      self, names: list[str], n: int
+  ) -> tuple[list[str], dict[str, Any]]:
+    """n pool names drawn without replacement across iterations, and the
+    cursor after them (`pool_cursor`).
 
     The reference's `_select_static_games_without_replacement`
     (spade/slime/spade_rollout.py): the sorted names shuffled once by a
@@ -209,39 +314,43 @@ class LoopState:
       needed = n - len(selected)
       selected.extend(refill[:needed])
       remaining = refill[needed:]
-    self.pool_cursor = {
+    return selected, {
         "names": canonical,
         "remaining": remaining,
         "rng": _rng_json(rng.getstate()),
     }
-    return selected
 
   def is_hung(self, source: str) -> bool:
     """Whether the program `source` hung in an earlier play of the run."""
     return program_key(source) in self.hung
 
-  def hung_indices(self, envs: list[records.Environment]) -> frozenset[int]:
+  def hung_indices(self, envs: Sequence[records.Environment]) -> frozenset[int]:
     """Indices of `envs` whose program hung earlier in the run."""
     return frozenset(
         e for e, env in enumerate(envs) if self.is_hung(env.source)
     )
 
-  def blacklist_hung(
-      self, envs: list[records.Environment], hung: list[bool]
-  ) -> None:
-    """Adds the programs of `envs` whose play hung this iteration (`hung`,
-    per environment: `score.timed_out`, either arm) to the blacklist, under
-    `environments.blacklist_hung`; the reference's `_hung_game_blacklist`
-    (core/orchestrator.py), kept for the whole run and checkpointed."""
+  def with_hung(
+      self, envs: Sequence[records.Environment], hung: Sequence[bool]
+  ) -> frozenset[str]:
+    """The blacklist with the programs of `envs` whose play hung this
+    iteration (`hung`, per environment: `score.timed_out`, either arm)
+    added, under `environments.blacklist_hung`; the reference's
+    `_hung_game_blacklist` (core/orchestrator.py), kept for the whole run
+    and checkpointed."""
     if not self.config.environments.blacklist_hung:
-      return
-    self.hung.update(program_key(env.source) for env, h in zip(envs, hung) if h)
+      return self.hung
+    return self.hung | {
+        program_key(env.source) for env, h in zip(envs, hung) if h
+    }
 
   def documents(self, n: int) -> list[Any]:
     """n grounding documents, or n Nones when grounding is off."""
     if self.corpus is None:
       return [None] * n
-    if not self._sharded or jax.process_count() == 1:
+    if not self.config.grounding.per_process_shards or (
+        jax.process_count() == 1
+    ):
       return self.corpus.sample(n)
     # Process p draws the documents for prompts p, p + P, ...; every process
     # then holds the same list.
@@ -298,6 +407,25 @@ class LoopState:
           rollout_id=it,
       )
 
+  def remember_window(
+      self, it: int, window: records.Window, scores: records.Scores
+  ) -> None:
+    """Archive stats of every archived environment of a closing window:
+    its regret and win rates over every play of the window."""
+    if not self.config.memory.enabled:
+      return
+    for e, env in enumerate(window.envs):
+      if env.archive_id is None:
+        continue
+      self.archive.update_stats(
+          env.archive_id,
+          iteration=it,
+          regret=float(scores.regret[e]),
+          win_rate_hint=window.arm_mean(e, 1) or 0.0,
+          win_rate_nohint=window.arm_mean(e, 0) or 0.0,
+          episodes=int(window.mask[e].sum()),
+      )
+
   def archive_add(
       self,
       code: str,
@@ -324,30 +452,26 @@ class LoopState:
     return self.archive.mutation_parent(seed)
 
   def replay(self, n: int, iteration: int) -> list[Any]:
+    """n archived environments to play again (the archive's replay)."""
     if not self.config.memory.enabled or n <= 0:
       return []
     ids = self.archive.replay(n, iteration, iteration)
     return [self.archive.get(i) for i in ids]
 
-  def update_stats(self, entry_id: str, **stats) -> None:
-    if self.config.memory.enabled:
-      self.archive.update_stats(entry_id, **stats)
-
-  def diversity(self, codes: list[str]) -> float:
-    """Mean pairwise MinHash distance of this iteration's programs."""
-    return float(dedup.diversity(codes)) if len(codes) > 1 else 0.0
-
   def metrics(self, *, replayed: int, total: int) -> dict[str, float]:
-    """Memory metrics and, in adaptive mode, `difficulty/<environment>`."""
+    """Memory metrics (the share of this iteration's environments that
+    were replays among them) and, in adaptive mode,
+    `difficulty/<environment>`."""
     out = difficulty_lib.metrics(self.difficulty)
     out["rollout/hung_blacklist_size"] = float(len(self.hung))
     if not self.config.memory.enabled:
       return out
-    self.archive.set_replay_fraction(replayed / total if total else 0.0)
     out.update({k: float(v) for k, v in self.archive.metrics().items()})
+    out["memory/replay_fraction"] = replayed / total if total else 0.0
     return out
 
-  def state(self) -> dict:
+  def to_json(self) -> dict:
+    """The whole state as one JSON item of the checkpoint."""
     return {
         "corpus": self.corpus.state() if self.corpus is not None else None,
         "archive": self.archive.state_dict(),
@@ -365,29 +489,40 @@ class LoopState:
         "difficulty": difficulty_lib.state_dict(self.difficulty),
         "pool_cursor": self.pool_cursor,
         "fifo": self.fifo.state_dict(),
-        "lp": self.lp,
+        "lp": self.lp.to_json(),
         "hung": sorted(self.hung),
     }
 
-  def load(self, state: dict) -> None:
-    if self.corpus is not None and state.get("corpus") is not None:
-      self.corpus.restore(state["corpus"])
-    self.archive = archive_lib.Archive.from_state_dict(
-        self.config.memory, state["archive"]
+  def restored(self, saved: dict) -> "LoopState":
+    """This (new) state with a checkpoint's `to_json` item loaded."""
+    if self.corpus is not None and saved.get("corpus") is not None:
+      self.corpus.restore(saved["corpus"])
+    if saved.get("fifo") is not None:
+      self.fifo.load_state_dict(saved["fifo"])
+    window = saved.get("window")
+    return self.replace(
+        archive=archive_lib.Archive.from_state_dict(
+            self.config.memory, saved["archive"]
+        ),
+        delayed=tuple(
+            (
+                int(it),
+                tuple(
+                    batching.Row(**r) if r is not None else None for r in rows
+                ),
+            )
+            for it, rows in saved.get("delayed", [])
+        ),
+        window=records.Window.from_json(window) if window else None,
+        difficulty=(
+            difficulty_lib.load_state(saved["difficulty"])
+            if saved.get("difficulty")
+            else self.difficulty
+        ),
+        pool_cursor=saved.get("pool_cursor"),
+        lp=LearningPotential.from_json(saved.get("lp", {})),
+        hung=frozenset(saved.get("hung", [])),
     )
-    self.delayed = [
-        (int(it), [batching.Row(**r) if r is not None else None for r in rows])
-        for it, rows in state.get("delayed", [])
-    ]
-    window = state.get("window")
-    self.window = records.Window.from_json(window) if window else None
-    if state.get("difficulty"):
-      self.difficulty = difficulty_lib.load_state(state["difficulty"])
-    self.pool_cursor = state.get("pool_cursor")
-    if state.get("fifo") is not None:
-      self.fifo.load_state_dict(state["fifo"])
-    self.lp = {k: list(v) for k, v in state.get("lp", {}).items()}
-    self.hung = set(state.get("hung", []))
 
   def write_memory_file(self, workdir: str) -> None:
     """Mirrors the archive to WORKDIR/memory.json for the show CLI.
@@ -400,6 +535,11 @@ class LoopState:
     with open(path + ".tmp", "w") as f:
       json.dump(self.archive.state_dict(), f)
     os.replace(path + ".tmp", path)
+
+
+def diversity(codes: Sequence[str]) -> float:
+  """Mean pairwise MinHash distance of an iteration's programs."""
+  return float(dedup.diversity(codes)) if len(codes) > 1 else 0.0
 
 
 def program_key(source: str) -> str:

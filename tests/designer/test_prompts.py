@@ -15,7 +15,7 @@ from spade.designer import prompts
 from spade.designer import skills
 from spade.environments import library
 from spade.model import tokenizer as tokenizer_lib
-from spade.selfplay import curriculum
+from spade.selfplay import state as state_lib
 from spade.selfplay import engine as engine_lib
 
 
@@ -400,7 +400,7 @@ def test_validity_benchmark_builds_the_loop_prompts():
   bench = _validity_benchmark()
   config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
   renderer = engine_lib.PromptRenderer(config, tokenizer_lib.ByteTokenizer())
-  state = curriculum.LoopState(config)
+  state = state_lib.LoopState.create(config)
   items = bench.designer_prompts_for(config, renderer, state, 3, 0, 0)
   assert len(items) == 3
   for ids, spec_, doc, shown in items:
@@ -415,7 +415,7 @@ def test_validity_benchmark_builds_the_loop_prompts():
   )
   config.model.max_len = config.designer.max_prompt_tokens = 1 << 16
   renderer = engine_lib.PromptRenderer(config, tokenizer_lib.ByteTokenizer())
-  state = curriculum.LoopState(config)
+  state = state_lib.LoopState.create(config)
   items = bench.designer_prompts_for(config, renderer, state, 2, 0, 0)
   assert [d for _, _, d, _ in items] == [None, None]
   for ids, spec_, _, shown in items:

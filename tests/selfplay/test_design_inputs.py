@@ -7,7 +7,7 @@ from spade import config as config_lib
 from spade.environments import library
 from spade.memory import fifo
 from spade.model import tokenizer as tokenizer_lib
-from spade.selfplay import curriculum
+from spade.selfplay import state as state_lib
 from spade.selfplay import design
 from spade.selfplay import engine as engine_lib
 
@@ -17,14 +17,14 @@ def _renderer(config):
 
 
 def test_library_seeds_are_training_programs_under_their_skill():
-  seeds = curriculum.seed_programs("library")
+  seeds = state_lib.seed_programs("library")
   heldout = {p.name for p in library.heldout_programs()}
   assert len(seeds) == 17 and not heldout & {n for n, _, _ in seeds}
   by_name = {n: s for n, s, _ in seeds}
   assert by_name["grid_maze"] == "Spatial Reasoning"
   assert by_name["knapsack"] == "Optimization"
   assert "hangman" not in by_name  # language: no game skill
-  state = curriculum.LoopState(_config(seed_dir="library"))
+  state = state_lib.LoopState.create(_config(seed_dir="library"))
   assert len(state.fifo) == 17
   shown = state.examples(None, 2, "Spatial Reasoning")
   assert {e.name for e in shown} <= {"grid_maze", "sliding_puzzle"}
@@ -34,17 +34,17 @@ def test_library_seeds_are_training_programs_under_their_skill():
 def test_a_seed_folder_is_shown_to_every_skill_and_checked(tmp_path):
   (tmp_path / "a.py").write_text("class CoinEnv:\n  pass\n")
   (tmp_path / "notes.txt").write_text("not a program")
-  assert curriculum.seed_programs(str(tmp_path)) == [
+  assert state_lib.seed_programs(str(tmp_path)) == [
       ("a", fifo.ANY_SKILL, "class CoinEnv:\n  pass\n")
   ]
   (tmp_path / "b.py").write_text("class Broken(:\n")
   with pytest.raises(ValueError, match="b.py does not parse"):
-    curriculum.seed_programs(str(tmp_path))
+    state_lib.seed_programs(str(tmp_path))
   (tmp_path / "b.py").write_text("x = 1\n")
   with pytest.raises(ValueError, match="b.py defines no class"):
-    curriculum.seed_programs(str(tmp_path))
+    state_lib.seed_programs(str(tmp_path))
   with pytest.raises(ValueError, match="is not a folder"):
-    curriculum.seed_programs(str(tmp_path / "missing"))
+    state_lib.seed_programs(str(tmp_path / "missing"))
 
 
 def _config(**memory):

@@ -11,10 +11,10 @@ import types
 
 from spade import config as config_lib
 from spade.agent import rollout
-from spade.selfplay import curriculum as curriculum_lib
 from spade.selfplay import loop
 from spade.selfplay import play as play_lib
 from spade.selfplay import records
+from spade.selfplay import state as state_lib
 
 
 class Programs:
@@ -209,16 +209,29 @@ def test_skipped_environments_are_not_played():
   assert "hangs" not in programs.played() + programs.played(hinted=True)
 
 
+class _Run:
+  """A run on the fakes: `loop.iteration` with its state carried along;
+  the fixed pool is `seeds`, programs named by their source."""
+
+  def __init__(self, c, seeds=()):
+    self.config = c
+    self.engine = Policy()
+    self.envs = Programs()
+    pool = play_lib.pool_programs(
+        c, self.envs, [types.SimpleNamespace(name=s, source=s) for s in seeds]
+    )
+    self.state = state_lib.LoopState.create(c).replace(pool=tuple(pool))
+
+  def iteration(self, it):
+    self.state, m = loop.iteration(
+        self.config, self.engine, self.envs, self.state, it
+    )
+    return m
+
+
 def _trainer(c, tmp_path, seeds=()):
-  t = loop.Trainer.__new__(loop.Trainer)
-  t.config = c
-  t.workdir = str(tmp_path)
-  t.engine = Policy()
-  t.envs = Programs()
-  t.state = curriculum_lib.LoopState(c)
-  t.seeds = [types.SimpleNamespace(name=s, source=s) for s in seeds]
-  t._pool_programs = None  # pylint: disable=protected-access
-  return t
+  del tmp_path  # the fakes write nothing
+  return _Run(c, seeds)
 
 
 def _pool_config(blacklist):
@@ -234,15 +247,18 @@ def _pool_config(blacklist):
 
 def test_a_program_that_hung_is_not_played_in_later_iterations(tmp_path):
   t = _trainer(_pool_config(True), tmp_path, seeds=("hangs", "ok"))
+  before = t.state
   m0 = t.iteration(0)
+  pool = t.state.pool
   assert sorted(set(t.envs.played())) == ["hangs", "ok"]
   assert m0["rollout/hung_blacklist_size"] == 1.0
+  assert not before.hung  # the iteration returned the grown blacklist
   assert m0["agent/dropped_plays"] == 2.0  # the hung plays
   assert m0["agent/retried_plays"] == 0.0
   # The blacklist is loop state: a checkpoint round trip keeps it.
-  saved = json.loads(json.dumps(t.state.state()))
-  t.state = curriculum_lib.LoopState(t.config)
-  t.state.load(saved)
+  saved = json.loads(json.dumps(t.state.to_json()))
+  t.state = state_lib.LoopState.create(t.config).restored(saved)
+  t.state = t.state.replace(pool=pool)
   assert t.state.is_hung("hangs") and not t.state.is_hung("ok")
   t.envs.resets.clear()
   m1 = t.iteration(1)
@@ -269,7 +285,7 @@ def test_a_window_skips_its_program_that_hung_in_its_later_iterations(
   c.num_iterations = 10
   t = _trainer(c, tmp_path)
   envs = _envs("hangs", "ok")
-  t.state.window = records.Window(0, envs, [], [[[], []] for _ in envs])
+  t.state = t.state.replace(window=records.Window.open(0, envs, []))
   t.iteration(1)
   assert sorted(set(t.envs.played())) == ["hangs", "ok"]
   assert t.state.window is not None and t.state.is_hung("hangs")
@@ -279,4 +295,5 @@ def test_a_window_skips_its_program_that_hung_in_its_later_iterations(
   # The window keeps both environments; the skipped one gains no plays.
   window = t.state.window
   assert [e.source for e in window.envs] == ["hangs", "ok"]
-  assert window.steps[0][1] == [] and len(window.steps[1][1]) == 2
+  unhinted = window.mask[..., 0].sum(axis=2)  # plays per env and step
+  assert unhinted[0, 1] == 0 and unhinted[1, 1] == 2

@@ -14,12 +14,12 @@ from spade.agent import episodes as episodes_lib
 from spade.agent import rollout
 from spade.regret import scoring
 from spade.selfplay import batching
-from spade.selfplay import curriculum as curriculum_lib
 from spade.selfplay import design as design_lib
 from spade.selfplay import loop
 from spade.selfplay import play as play_lib
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
+from spade.selfplay import state as state_lib
 
 PROGRAM = '''
 class CountEnv:
@@ -117,16 +117,23 @@ def _config(**overrides):
   return c
 
 
-def _trainer(config, engine=None):
-  t = loop.Trainer.__new__(loop.Trainer)
-  t.config = config
-  t.workdir = "/nonexistent"
-  t.engine = engine or FakeEngine(config)
-  t.envs = t.engine  # the fake also validates
-  t.state = curriculum_lib.LoopState(config)
-  t.seeds = []
-  t._pool_programs = None  # pylint: disable=protected-access
-  return t
+class _Run:
+  """A run on the fakes: `loop.iteration` with its state carried along."""
+
+  def __init__(self, config, engine=None):
+    self.config = config
+    self.engine = engine or FakeEngine(config)
+    self.envs = self.engine  # the fake also validates
+    self.state = state_lib.LoopState.create(config)
+
+  def iteration(self, it):
+    self.state, m = loop.iteration(
+        self.config, self.engine, self.envs, self.state, it
+    )
+    return m
+
+
+_trainer = _Run
 
 
 def _design(t, it=0):
@@ -136,13 +143,18 @@ def _design(t, it=0):
 
 
 def _environments(t, it, designs):
-  return play_lib.environments(t.config, t.state, it, designs, t.pool_programs)
+  return play_lib.environments(t.config, t.state, it, designs, t.envs).envs
 
 
 def _score(config, designs, envs, episodes):
-  return score_lib.score(
-      config, designs, envs, *score_lib.returns(config, envs, episodes)
+  window = records.Window.open(0, envs, designs).with_plays(
+      *score_lib.returns(config, envs, episodes),
+      score_lib.timed_out(len(envs), episodes),
   )
+  scores, _ = score_lib.score(
+      config, window, state_lib.LearningPotential(), closes=False
+  )
+  return scores
 
 
 def test_a_replayed_program_keeps_the_hint_written_for_it():
@@ -310,23 +322,24 @@ def test_an_invalid_design_is_sampled_again_up_to_its_attempt_limit():
   assert not designs[0].valid and designs[0].verdict.reason == "smoke"
 
 
-def test_each_attempt_retrieves_its_memory_examples_again():
+def test_each_attempt_retrieves_its_memory_examples_again(monkeypatch):
   # The reference's corpus orchestrator augments every attempt's prompt
   # with a fresh memory retrieval (`_augment_prompt_with_memory`).
   c = _config(**{"designer.num_envs": 1, "designer.samples_per_prompt": 1})
   c.designer.max_attempts = 3
   assert c.designer.fresh_examples_per_attempt  # the default
   draws = {}
+  real = state_lib.LoopState.examples
   for fresh in (True, False):
     c.designer.fresh_examples_per_attempt = fresh
     t = _trainer(c, Flaky(c))
-    real, calls = t.state.examples, []
+    calls = []
 
-    def examples(doc, n, skill, real=real, calls=calls):
+    def examples(self, doc, n, skill, calls=calls):
       calls.append(skill)
-      return real(doc, n, skill)
+      return real(self, doc, n, skill)
 
-    t.state.examples = examples
+    monkeypatch.setattr(state_lib.LoopState, "examples", examples)
     designs, _ = _design(t)
     assert designs[0].valid and designs[0].attempt == 2
     draws[fresh] = len(calls)
@@ -352,30 +365,34 @@ def test_fixed_pool_of_named_seeds():
   c.train.pool_seeds = ("order_lookup", "coin_change")
   c.designer.num_envs = 2
   t = _trainer(c)
-  t.seeds = [p for p in library.seed_programs() if not p.heldout]
   envs = _environments(t, 0, [])
   assert sorted(e.name for e in envs) == ["coin_change", "order_lookup"]
   assert all(e.origin == "seed" for e in envs)
+  # The pool is the seed library's training programs, never a held-out one.
+  held_out = {p.name for p in library.seed_programs() if p.heldout}
+  assert not held_out & {e.name for e in envs}
   c.train.pool_seeds = ("order_lookup", "no_such_seed")
   t = _trainer(c)
-  t.seeds = [p for p in library.seed_programs() if not p.heldout]
   with pytest.raises(ValueError, match="no_such_seed"):
     _environments(t, 0, [])
 
 
 def test_delayed_designer_rows_survive_the_checkpoint():
   c = _config()
-  state = curriculum_lib.LoopState(c)
+  state = state_lib.LoopState.create(c)
   row = batching.Row([1, 2], [3], [-0.5], 0.25)
   # None: a design without signal, kept in its place in the batch's count.
-  assert state.delay_designer_rows(0, [row, None], delay=2) == []
-  assert state.delay_designer_rows(1, [], delay=2) == []
+  due, queue = state.delay_designer_rows(0, [row, None], delay=2)
+  assert due == [] and state.delayed == ()  # the state itself is unchanged
+  state = state.replace(delayed=queue)
+  due, queue = state.delay_designer_rows(1, [], delay=2)
+  assert due == []
+  state = state.replace(delayed=queue)
   # The checkpoint keeps the loop state as JSON; a resume loads it.
-  saved = json.loads(json.dumps(state.state()))
-  resumed = curriculum_lib.LoopState(c)
-  resumed.load(saved)
-  assert resumed.delay_designer_rows(2, [], delay=2) == [row, None]
-  assert state.delay_designer_rows(2, [], delay=2) == [row, None]
+  saved = json.loads(json.dumps(state.to_json()))
+  resumed = state_lib.LoopState.create(c).restored(saved)
+  assert resumed.delay_designer_rows(2, [], delay=2)[0] == [row, None]
+  assert state.delay_designer_rows(2, [], delay=2)[0] == [row, None]
 
 
 def test_exchange_keys_are_deleted_once_every_process_read_them(monkeypatch):
@@ -438,13 +455,19 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
     return eps, rollout.RolloutStats()
 
   monkeypatch.setattr(play_lib, "play", play)
+  first = t.state
   m0 = t.iteration(0)
   assert t.state.window is not None and m0["designer/window_closed"] == 0.0
+  # One way: the iteration returned a new state and left its input as it was.
+  assert first.window is None and first.delayed == ()
   assert t.engine.updates[-1][1] == []  # no designer rows before the end
   # The window lives in the loop state: a checkpoint round trip keeps it.
-  saved = json.loads(json.dumps(t.state.state()))
-  t.state = curriculum_lib.LoopState(c)
-  t.state.load(saved)
+  window = t.state.window
+  saved = json.loads(json.dumps(t.state.to_json()))
+  t.state = state_lib.LoopState.create(c).restored(saved)
+  np.testing.assert_array_equal(t.state.window.returns, window.returns)
+  np.testing.assert_array_equal(t.state.window.mask, window.mask)
+  assert t.state.window.widths == window.widths
   m1 = t.iteration(1)
   (it0, pool0, hinted0), (it1, pool1, hinted1) = calls
   assert pool0 == pool1 and hinted0 and not hinted1
@@ -493,10 +516,12 @@ def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
     assert t.engine.samples >= len(agent_rows) + len(designer_rows) > 0
     trained[flush] = (len(designer_rows), m["designer/window_closed"])
   assert trained == {True: (2, 1.0), False: (0, 0.0)}
-  state = curriculum_lib.LoopState(c)
+  state = state_lib.LoopState.create(c)
   row = batching.Row([1, 2], [3], [-0.5], 0.25)
-  assert state.delay_designer_rows(0, [row], delay=4) == []
-  assert state.delay_designer_rows(1, [], delay=4, flush=True) == [row]
+  due, queue = state.delay_designer_rows(0, [row], delay=4)
+  assert due == []
+  state = state.replace(delayed=queue)
+  assert state.delay_designer_rows(1, [], delay=4, flush=True)[0] == [row]
 
 
 def test_the_update_batch_is_shaped_to_the_global_batch(monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 
 from spade import config as config_lib
 from spade.environments import rlve
-from spade.selfplay import curriculum
+from spade.selfplay import state as state_lib
 from spade.selfplay import metrics as metrics_lib
 
 ROOT = os.path.dirname(
@@ -131,17 +131,28 @@ def test_draw_pool_is_the_references_draw_without_replacement():
   c = config_lib.base_config()
   c.train.mode = "fixed_pool"
   names = [f"game_{i:03d}.py" for i in range(7)]
-  state = curriculum.LoopState(c)
-  drawn = [state.draw_pool(names, 3) for _ in range(2)]
-  resumed = curriculum.LoopState(c)
-  resumed.load(json.loads(json.dumps(state.state())))
-  drawn += [resumed.draw_pool(names, 3) for _ in range(3)]
+  state = state_lib.LoopState.create(c)
+  drawn = []
+
+  def draw(state):
+    names_, cursor = state.draw_pool(names, 3)
+    drawn.append(names_)
+    return state.replace(pool_cursor=cursor)
+
+  for _ in range(2):
+    state = draw(state)
+  resumed = state_lib.LoopState.create(c).restored(
+      json.loads(json.dumps(state.to_json()))
+  )
+  for _ in range(3):
+    resumed = draw(resumed)
   assert drawn == reference(names, 3, 5, c.seed)
   # Nothing repeats before the pool is used up: 7 names, then the refill.
   assert len(set(drawn[0] + drawn[1])) == 6
   assert set(drawn[0] + drawn[1] + drawn[2][:1]) == set(names)
   # A pool smaller than a batch gives all of it, once.
-  assert sorted(curriculum.LoopState(c).draw_pool(names[:2], 3)) == names[:2]
+  small, _ = state_lib.LoopState.create(c).draw_pool(names[:2], 3)
+  assert sorted(small) == names[:2]
 
 
 @pytest.fixture(scope="module")

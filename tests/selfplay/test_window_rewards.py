@@ -3,11 +3,12 @@
 import json
 
 import numpy as np
+import pytest
 
 from spade import config as config_lib
-from spade.selfplay import curriculum as curriculum_lib
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
+from spade.selfplay import state as state_lib
 
 
 def _design(i, skill, valid=True):
@@ -25,7 +26,7 @@ def _window(designs, steps, hinted):
       for d in designs
       if d.valid
   ]
-  w = records.Window(0, envs, designs, [[[], []] for _ in envs])
+  w = records.Window.open(0, envs, designs)
   for s in range(len(steps[0])):
     k = max(len(steps[e][s]) for e in range(len(envs)))
     h = max(len(x) for x in hinted) if s == 0 else 1
@@ -43,28 +44,50 @@ def _window(designs, steps, hinted):
   return w
 
 
-def _scores(n_designs):
-  z = np.zeros((n_designs,), np.float32)
-  return records.Scores(
-      returns=np.zeros((1, 1, 2)), mask=np.zeros((1, 1, 2), bool),
-      regret=z, env_score=z, design_reward=z, designer_advantages=z,
-      agent_advantages=np.zeros((1, 1, 2)), summary={},
-  )  # fmt: skip
+def window_rewards(c, w, actor_rows):
+  """The closing window `w`'s scores and weighted designer advantages, as
+  the loop computes them."""
+  scores, _ = score_lib.score(c, w, state_lib.LearningPotential(), closes=True)
+  return scores, score_lib.designer_advantages(c, w, scores, actor_rows)
 
 
 def test_window_keeps_plays_by_step_and_round_trips():
   designs = [_design(0, "a"), _design(1, "a")]
   steps = [[[1.0, 0.0], [1.0], [1.0], [0.0]], [[0.0, 0.0], [0.0], [1.0], [0.0]]]
   w = _window(designs, steps, hinted=[[1.0, 1.0], [0.0, 1.0]])
-  assert w.steps[0] == [[1.0, 0.0], [1.0], [1.0], [0.0]]
-  assert w.plays[0][0] == [1.0, 0.0, 1.0, 1.0, 0.0] and w.plays[0][1] == [1, 1]
-  assert w.timed_out == [False, True]
+  # R[E, S, K, 2]: env 0's unhinted plays by step, its hinted ones at step 0.
+  assert w.returns.shape == (2, 4, 2, 2) and w.widths == (2, 1, 1, 1)
+  assert [w.returns[0, s, :, 0][w.mask[0, s, :, 0]].tolist() for s in
+          range(4)] == [[1.0, 0.0], [1.0], [1.0], [0.0]]  # fmt: skip
+  assert w.returns[0, ..., 1][w.mask[0, ..., 1]].tolist() == [1.0, 1.0]
+  assert w.arm_mean(0, 0) == pytest.approx(0.6) and w.arm_mean(1, 1) == 0.5
+  assert w.timed_out.tolist() == [False, True]
   back = records.Window.from_json(json.loads(json.dumps(w.to_json())))
-  assert (back.plays, back.steps, back.timed_out) == (
-      w.plays,
-      w.steps,
-      w.timed_out,
-  )
+  np.testing.assert_array_equal(back.returns, w.returns)
+  np.testing.assert_array_equal(back.mask, w.mask)
+  np.testing.assert_array_equal(back.timed_out, w.timed_out)
+  assert back.widths == w.widths
+  # A window is frozen: a step makes a new one.
+  with pytest.raises(ValueError):
+    w.returns[0, 0, 0, 0] = 5.0
+
+
+def test_a_window_saved_as_lists_of_returns_loads_as_arrays():
+  # Checkpoints written before the array layout kept per environment its
+  # [unhinted, hinted] returns and the unhinted ones by step.
+  old = {
+      "start": 4,
+      "envs": [records.Environment("e", "seed", None).to_json()],
+      "designs": [],
+      "plays": [[[1.0, 0.0, 0.5], [1.0]]],
+      "steps": [[[1.0, 0.0], [0.5]]],
+      "timed_out": [True],
+  }
+  w = records.Window.from_json(old)
+  assert w.start == 4 and w.returns.shape == (1, 2, 2, 2)
+  assert w.returns[0, ..., 0][w.mask[0, ..., 0]].tolist() == [1.0, 0.0, 0.5]
+  assert w.returns[0, 0, :, 1][w.mask[0, 0, :, 1]].tolist() == [1.0]
+  assert not w.mask[0, 1, :, 1].any() and w.timed_out.tolist() == [True]
 
 
 def test_blend_on_a_four_step_window_with_matched_timing_and_the_weight():
@@ -76,7 +99,7 @@ def test_blend_on_a_four_step_window_with_matched_timing_and_the_weight():
   # Design 2 is invalid: never played.
   steps = [[[1.0, 0.0], [1.0], [1.0], [1.0]], [[0.0, 0.0], [0.0], [1.0], [1.0]]]
   w = _window(designs, steps, hinted=[[1.0, 1.0], [1.0, 0.0]])
-  scores, _ = score_lib.window_rewards(c, w, _scores(3), actor_rows=6)
+  scores, advantages = window_rewards(c, w, actor_rows=6)
 
   def plateau(p):  # 1 on [0.4, 0.6], falling to 0 over 0.25
     return float(np.clip(1 - max(0.4 - p, p - 0.6, 0) / 0.25, 0, 1))
@@ -91,13 +114,12 @@ def test_blend_on_a_four_step_window_with_matched_timing_and_the_weight():
   # skill over the trained designs; the invalid design has no row.
   mean = (r0 + r1) / 2
   np.testing.assert_allclose(
-      scores.designer_advantages, [(r0 - mean) * 12, (r1 - mean) * 12, 0.0],
-      1e-5,
+      advantages, [(r0 - mean) * 12, (r1 - mean) * 12, 0.0], 1e-5,
   )  # fmt: skip
   # Over the whole window ("window", ours) env 1's regret term compares the
   # hinted 1/2 with 2/5: a smaller reward.
   c.regret.timing = "window"
-  other, _ = score_lib.window_rewards(c, w, _scores(3), actor_rows=6)
+  other, _ = window_rewards(c, w, actor_rows=6)
   np.testing.assert_allclose(
       other.design_reward[1], 0.4 * (0.5 - 0.4) / 0.15 + 0.6, 1e-5
   )
@@ -109,17 +131,15 @@ def test_penalize_keeps_an_invalid_design_in_its_skills_group():
   designs = [_design(0, "a"), _design(1, "a"), _design(2, "a", valid=False)]
   steps = [[[1.0, 0.0]], [[0.0, 0.0]]]
   w = _window(designs, steps, hinted=[[1.0, 1.0], [1.0, 0.0]])
-  dropped, _ = score_lib.window_rewards(c, w, _scores(3), actor_rows=4)
-  assert dropped.designer_advantages[2] == 0.0
+  _, dropped = window_rewards(c, w, actor_rows=4)
+  assert dropped[2] == 0.0
   c.designer.invalid_designs = "penalize"
-  kept, _ = score_lib.window_rewards(c, w, _scores(3), actor_rows=4)
+  kept, advantages = window_rewards(c, w, actor_rows=4)
   raw = kept.design_reward
   assert raw[2] == c.regret.invalid_penalty
   scale = min(4 / 2 * 1, c.regret.max_env_reward_scale)
-  np.testing.assert_allclose(
-      kept.designer_advantages, (raw - raw.mean()) * scale, 1e-5
-  )
-  assert kept.designer_advantages[2] < 0 < kept.designer_advantages[0]
+  np.testing.assert_allclose(advantages, (raw - raw.mean()) * scale, 1e-5)
+  assert advantages[2] < 0 < advantages[0]
 
 
 def test_regret_based_penalises_a_timed_out_environment():
@@ -128,7 +148,7 @@ def test_regret_based_penalises_a_timed_out_environment():
   designs = [_design(0, "a"), _design(1, "a")]
   steps = [[[0.0, 0.0], [0.0], [0.0], [0.0]], [[0.0, 0.0], [0.0], [1.0], [0.0]]]
   w = _window(designs, steps, hinted=[[1.0, 1.0], [1.0, 1.0]])
-  scores, _ = score_lib.window_rewards(c, w, _scores(2), actor_rows=0)
+  scores, _ = window_rewards(c, w, actor_rows=0)
   np.testing.assert_allclose(scores.design_reward, [1.0, -0.5])
 
 
@@ -152,16 +172,11 @@ def test_an_environment_whose_call_hung_is_timed_out_and_no_other():
 def test_regeneration_plays_fill_the_reference_memory_and_its_prompts():
   c = config_lib.base_config()
   c.grounding.enabled = False
-  state = curriculum_lib.LoopState(c)
+  state = state_lib.LoopState.create(c)
   designs = [_design(0, "logic"), _design(1, "logic"), _design(2, "math")]
   steps = [[[1.0, 0.0]], [[1.0, 1.0]], [[0.0, 1.0]]]
   w = _window(designs, steps, hinted=[[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
-  returns, mask = w.arrays()
-  scores = records.Scores(
-      returns=returns, mask=mask, regret=np.zeros(3), env_score=np.zeros(3),
-      design_reward=np.zeros(3), designer_advantages=np.zeros(3),
-      agent_advantages=np.zeros_like(returns), summary={},
-  )  # fmt: skip
+  scores, _ = score_lib.score(c, w, state_lib.LearningPotential(), closes=False)
   state.remember_regeneration(0, w, scores)
   assert [r.win_rate for r in state.fifo.records] == [0.5, 1.0, 0.5]
   assert [r.regret for r in state.fifo.records] == [0.5, 0.0, 0.5]
@@ -173,7 +188,6 @@ def test_regeneration_plays_fill_the_reference_memory_and_its_prompts():
       ("game_00000_001_logic", True),
   ]
   assert shown[0].code.startswith('"""SPADE self-play generated game"""')
-  saved = json.loads(json.dumps(state.state()))
-  again = curriculum_lib.LoopState(c)
-  again.load(saved)
+  saved = json.loads(json.dumps(state.to_json()))
+  again = state_lib.LoopState.create(c).restored(saved)
   assert again.fifo.records == state.fifo.records
