@@ -21,7 +21,7 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     needs (prompt + new tokens);
   {role} decode     one decode step on that cache (donated, as in the loop).
   {role} slots prefill-insert, {role} slots generate
-                    the slot engine's programs (`spade.sampling.slots`,
+                    the slot engine's programs (`spade.sampling.slot_engine`,
                     with `sampling.engine="slots"` or `--engine`):
                     `sampling.prefill_rows` prompts written into
                     `sampling.slots` slots of a `model.max_len` cache, and
@@ -91,7 +91,8 @@ from spade.model import topology as topology_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sampling import shapes as shapes_lib
-from spade.sampling import slots as slots_lib
+from spade.sampling import slot_engine as slot_engine_lib
+from spade.sampling import slot_server as slot_server_lib
 from spade.train import state as state_lib
 from spade.train import update as update_lib
 
@@ -608,7 +609,7 @@ def slot_engine(config, mesh, rules, role: str):
   c = config
   section = c.designer if role == "designer" else c.agent
   fns = transformer.sampling_fns(c.model, transformer.Role.of(role))
-  return slots_lib.Engine(
+  return slot_engine_lib.SlotEngine(
       fns.tokens_to_logits,
       fns.init_cache,
       fns.prepare_params,
@@ -629,7 +630,7 @@ def slot_engine(config, mesh, rules, role: str):
 
 
 def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
-  """The host arguments the slot `Server` gives its prefill-insert (one
+  """The host arguments the `SlotServer` gives its prefill-insert (one
   fresh prompt of `prompt` tokens) and generate programs, captured by
   running the server's own host code against stand-ins (so they follow
   whatever the engine's programs take)."""
@@ -645,7 +646,7 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
       # so the server goes on to generate.
       # Prefill-insert's last argument, the window, is static.
       *traced, window = args
-      with sharding.use_rules(engine.mesh, engine._rules):
+      with sharding.use_rules(engine.mesh, engine.rules):
         _, out = jax.eval_shape(
             lambda p, st, *a: fn(p, st, *a, window),
             params, decode_state, *traced,
@@ -654,32 +655,30 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
 
     return program
 
-  # pylint: disable=protected-access
-  engine.__dict__["_programs"] = (
-      None, None, stand_in("prefill_insert", engine._prefill_insert),
-      stand_in("generate", engine._generate),
-  )  # fmt: skip
-  # pylint: enable=protected-access
+  programs = slot_engine_lib.Programs(
+      init=lambda: None,
+      prepare=lambda p: p,
+      prefill_insert=stand_in("prefill_insert", engine.prefill_insert),
+      generate=stand_in("generate", engine.generate),
+  )
+  server = slot_server_lib.SlotServer(engine, None, programs=programs)
+  server.submit(
+      slot_server_lib.Request(0, [2] * prompt, max(new, 2), jax.random.key(0))
+  )
   try:
-    server = slots_lib.Server(engine, None, None)
-    server.submit(
-        slots_lib.Request(0, [2] * prompt, max(new, 2), jax.random.key(0))
-    )
-    try:
-      server.step()
-    except _Captured:
-      pass
-  finally:
-    del engine.__dict__["_programs"]
+    server.step()
+  except _Captured:
+    pass
   return captured["prefill_insert"], captured["generate"]
 
 
 def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
-  """The role's slot-engine programs (`spade.sampling.slots`): prefill-insert
-  and generate over `sampling.slots` slots of a `model.max_len` cache.
+  """The role's slot-engine programs (`spade.sampling.slot_engine`):
+  prefill-insert and generate over `sampling.slots` slots of a
+  `model.max_len` cache.
 
   The server runs each program on one of the engine's cache windows
-  (`Engine.windows`), a static argument: one program per window. This
+  (`SlotEngine.windows`), a static argument: one program per window. This
   compiles the `windows` largest (0: every one) and reports, per program,
   the worst of them. A window's buffers (the rows' fresh cache, the
   generate loop's view of every slot) grow with it, so the peak is at the
@@ -711,16 +710,15 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
   params = _abstract(
       params_info, sharding.fitted_param_shardings(params_info, mesh, rules)
   )
-  # pylint: disable=protected-access
   with sharding.use_rules(mesh, rules):
-    init = jax.jit(engine._init).lower().compile()
-  decode_state = _abstract(jax.eval_shape(engine._init), init.output_shardings)
+    init = jax.jit(engine.init).lower().compile()
+  decode_state = _abstract(jax.eval_shape(engine.init), init.output_shardings)
   out = init.output_shardings
   prefill_args, generate_args = _engine_host_args(
       engine, params, decode_state, prompt, new
   )
   # Generate on every slot. The programs on gathered rows
-  # (`Engine.min_rows`) are not compiled here: they run fewer rows but take
+  # (`SlotEngine.min_rows`) are not compiled here: they run fewer rows but take
   # a copy of those rows' cache, so their peak is not bounded by this one's.
   generate_args = generate_args[:4] + (None,)
 
@@ -781,15 +779,14 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
       f"{role} slots prefill-insert",
       f"{rows} rows into {s} slots x cache {c}, chunk {engine.chunk}, {on}",
       forward_flops(config.model, rows, prompt, "last"),
-      engine._prefill_insert, prefill_args, 2,
+      engine.prefill_insert, prefill_args, 2,
   )  # fmt: skip
   program, compiled = worst(
       f"{role} slots generate",
       f"{s} slots x cache {c}, {n} steps a call, {on}",
       n * decode_flops(config.model, s, c),
-      engine._generate, generate_args, 3,
+      engine.generate, generate_args, 3,
   )  # fmt: skip
-  # pylint: enable=protected-access
   if compiled is not None:
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):

@@ -123,7 +123,7 @@ def base_config() -> ConfigDict:
   # Prompt columns the sampler writes into the KV cache per prefill step:
   # the step's attention scores are rows x heads x this x cache length.
   c.sampling.prefill_chunk = 512
-  # "slots" (`spade.sampling.slots`: decode slots refilled as rows end; the
+  # "slots" (`spade.sampling.slot_server`: decode slots refilled as rows end; the
   # rollout's episodes are requests of their own, and so are the designer's
   # and hint writer's prompts) or "lockstep" (one batched call per group of
   # episodes a turn, each decoding until its longest reply ends).

@@ -17,9 +17,10 @@ Sampling runs as one SPMD program over the global mesh: every process builds
 the same global prompt batch (the programs and histories are identical on all
 processes), the sampler's outputs are gathered back to every host. With
 `config.sampling.engine = "slots"` (the default) it runs through the slot
-engine (`spade.sampling.slots`): the rollout's episodes as requests of their
-own (`agent_server`), and `sample`'s prompts (the designer's programs, the
-hint writer) as a queue of requests; "lockstep" keeps the batched sampler.
+engine (`spade.sampling.slot_server`): the rollout's episodes as requests
+of their own (`agent_server`), and `sample`'s prompts (the designer's
+programs, the hint writer) as a queue of requests; "lockstep" keeps the
+batched sampler.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import shapes
-from spade.sampling import slots
+from spade.sampling import slot_engine
+from spade.sampling import slot_server
 from spade.sampling import text
 from spade.selfplay import batching
 from spade.train import state as state_lib
@@ -83,60 +85,6 @@ class PromptRenderer:
 
   def prompt_budget(self, role: str) -> int:
     return prompt_budget(self.config, role)
-
-
-class TextServer:
-  """A slot `Server` behind the tokenizer: the rollout's `TurnServer`.
-
-  Turn t of episode i is drawn with `fold_in(fold_in(key(seed), i), t)`, so
-  its tokens depend on neither its slot nor the other episodes. Without
-  `carry` each turn is a request of its own name and prefills its whole
-  history (`config.agent.carry_cache=False`).
-  """
-
-  def __init__(
-      self,
-      server: slots.Server,
-      tokenizer: text.TokenizerLike,
-      max_new_tokens: int,
-      carry: bool = True,
-  ):
-    self.server = server
-    self.max_new_tokens = max_new_tokens
-    self.carry = carry
-    self._decode = tokenizer.decode
-    self._stops = frozenset(int(i) for i in tokenizer.stop_ids)
-
-  @property
-  def decode_row_steps(self) -> int:
-    return self.server.decode_row_steps
-
-  @property
-  def tokens_generated(self) -> int:
-    return self.server.tokens_generated
-
-  @property
-  def busy(self) -> bool:
-    return bool(self.server.queue) or self.server.live > 0
-
-  def submit(self, key: int, prompt: list[int], seed: int, turn: int) -> None:
-    rng = jax.random.fold_in(
-        jax.random.fold_in(jax.random.key(seed), key), turn
-    )
-    name = key if self.carry else (key, turn)
-    self.server.submit(
-        slots.Request(name, list(prompt), self.max_new_tokens, rng)
-    )
-
-  def step(self) -> list[tuple[Any, list[int], list[float], str]]:
-    out = []
-    for r in self.server.step():
-      ids = r.tokens.tolist()
-      # A stop id, when hit, stays in the ids and logprobs, not in the text.
-      shown = ids[:-1] if r.finished and ids and ids[-1] in self._stops else ids
-      key = r.request.key if self.carry else r.request.key[0]
-      out.append((key, ids, r.logprobs.tolist(), self._decode(shown)))
-    return out
 
 
 class _LockstepSampler:
@@ -196,7 +144,7 @@ class Engine:
         rules=self.rules,
         prefill_chunk=config.sampling.prefill_chunk,
     )
-    self._slot_engines: dict[tuple[Any, ...], slots.Engine] = {}
+    self._slot_engines: dict[tuple[Any, ...], slot_engine.SlotEngine] = {}
 
   # -- the parameters' two layouts -------------------------------------------
 
@@ -325,7 +273,7 @@ class Engine:
       top_k: int = 0,
       top_p: float = 1.0,
       cache_length: int = 0,
-  ) -> slots.Engine:
+  ) -> slot_engine.SlotEngine:
     """The slot engine of one role and sampling rule (compiled once per run
     and size): `num_slots` (default `config.sampling.slots`) decode slots of
     a `cache_length` cache (default `model.max_len`), each size rounded up
@@ -340,7 +288,7 @@ class Engine:
       fns = transformer.sampling_fns(
           self.generator.model_config, transformer.Role.of(role)
       )
-      self._slot_engines[name] = slots.Engine(
+      self._slot_engines[name] = slot_engine.SlotEngine(
           fns.tokens_to_logits,
           fns.init_cache,
           fns.prepare_params,
@@ -366,15 +314,7 @@ class Engine:
     """`sample` through the slot engine: prompt i drawn with
     `fold_in(key(seed), i)`; `draw` is (temperature, top_k, top_p)."""
     temperature, top_k, top_p = draw
-    room = self.config.model.max_len - max_new_tokens
-    longest = max(len(p) for p in prompts)
-    if room < 1 or longest > room:
-      raise ValueError(
-          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
-          f" tokens in config.model.max_len={self.config.model.max_len}: cut"
-          " prompts to the role's prompt budget first, or lower"
-          " max_new_tokens"
-      )
+    text.prompt_room(prompts, max_new_tokens, self.config.model.max_len)
     # A one-shot call (designs, hints) has no queue to refill slots from:
     # its slots are its prompts (a power of two, at most sampling.slots), so
     # a step does not decode empty slots.
@@ -385,8 +325,10 @@ class Engine:
         top_k,
         top_p,
     )
-    server = TextServer(
-        engine.start(self.decode_params()), self.tokenizer, max_new_tokens
+    server = slot_server.TextServer(
+        slot_server.SlotServer(engine, self.decode_params()),
+        self.tokenizer,
+        max_new_tokens,
     )
     for i, p in enumerate(prompts):
       server.submit(i, [int(t) for t in p], seed, 0)
@@ -464,7 +406,7 @@ class Engine:
       temperature: float,
       top_k: int = 0,
       top_p: float = 1.0,
-  ) -> TextServer:
+  ) -> slot_server.TextServer:
     """The rollout engine's `TurnServer` for the agent head: a fresh slot
     server over the current params (`slot_engine`); an episode's turn
     continues its slot's cache while the slot still holds its history
@@ -483,8 +425,8 @@ class Engine:
             reach, c.sampling.prefill_chunk or c.model.max_len
         ),
     )  # fmt: skip
-    return TextServer(
-        engine.start(self.decode_params()),
+    return slot_server.TextServer(
+        slot_server.SlotServer(engine, self.decode_params()),
         self.tokenizer,
         max_new_tokens,
         carry=self.config.agent.carry_cache,
