@@ -117,7 +117,7 @@ class Session:
   starts with what that key's row holds (its prompt and every sampled token
   but the last) prefills only the tokens after it, its keys and values
   carried over (`sampler.Carry`). The caches of the last `max_calls` calls
-  are kept (two: the rollout's two alternating groups of episodes).
+  are kept (e.g. two alternating groups of episodes).
   """
 
   def __init__(self, max_calls: int = 2):

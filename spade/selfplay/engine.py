@@ -5,8 +5,7 @@ mesh and offers the host loop a few calls (the sandbox side, validation and
 environment calls, is `spade.selfplay.executor.Executor`):
 
   render(messages)          chat messages -> prompt token ids
-  sample(prompts, role,..)  batched sampling -> [(ids, logprobs, text)]
-  agent_sampler(...)        the same, bound for the lock-step rollout
+  sample(prompts, role,..)  a batch of prompts -> [(ids, logprobs, text)]
   agent_server(...)         the slot engine's server for the agent head
   extend(messages, ...)     the ids between a reply and the next prompt
   prompt_budget(role)       the one prompt-length rule per role
@@ -15,12 +14,10 @@ environment calls, is `spade.selfplay.executor.Executor`):
 
 Sampling runs as one SPMD program over the global mesh: every process builds
 the same global prompt batch (the programs and histories are identical on all
-processes), the sampler's outputs are gathered back to every host. With
-`config.sampling.engine = "slots"` (the default) it runs through the slot
-engine (`spade.sampling.slot_server`): the rollout's episodes as requests
-of their own (`agent_server`), and `sample`'s prompts (the designer's
-programs, the hint writer) as a queue of requests; "lockstep" keeps the
-batched sampler.
+processes), the sampler's outputs are gathered back to every host. It runs
+through the slot engine (`spade.sampling.slot_server`): the rollout's
+episodes as requests of their own (`agent_server`), and `sample`'s prompts
+(the designer's programs, the hint writer) as a queue of requests.
 """
 
 from __future__ import annotations
@@ -85,21 +82,6 @@ class PromptRenderer:
 
   def prompt_budget(self, role: str) -> int:
     return prompt_budget(self.config, role)
-
-
-class _LockstepSampler:
-  """The lock-step `TokenSampler` of `Engine.agent_sampler`; `rows(n)` is
-  the batch a call of n prompts runs (`TextGenerator.sample`'s padding)."""
-
-  def __init__(self, sample, shards: int):
-    self._sample = sample
-    self._shards = shards
-
-  def __call__(self, prompts, seed, keys=None):
-    return self._sample(prompts, seed, keys)
-
-  def rows(self, n: int) -> int:
-    return shapes.round_up(max(shapes.bucket(n), self._shards), self._shards)
 
 
 class Engine:
@@ -228,8 +210,6 @@ class Engine:
       seed: int,
       top_k: int = 0,
       top_p: float = 1.0,
-      session: text.Session | None = None,
-      keys: Sequence[Any] | None = None,
       progress: str | None = None,
   ) -> list[tuple[list[int], list[float], str]]:
     """Samples a completion for every prompt (same result on every process).
@@ -238,32 +218,53 @@ class Engine:
     mass) are the calling role's (`designer.*`, `designer.hint_*`,
     `agent.*`): the reference samples each role with its own settings.
 
-    Through the one front end, `spade.sampling.text.TextGenerator`: a prompt
-    must already fit `model.max_len - max_new_tokens` (the callers cut them
-    with `prompt_budget`'s rule); one that does not is an error, never cut
-    here, so the trainer later scores a completion in exactly its sampled
-    context. `progress` names the call for its live line (`TextGenerator`).
+    Through the slot engine, prompt i drawn with `fold_in(key(seed), i)`. A
+    prompt must already fit `model.max_len - max_new_tokens` (the callers
+    cut them with `prompt_budget`'s rule, `text.prompt_room`); one that does
+    not is an error, never cut here, so the trainer later scores a
+    completion in exactly its sampled context. `progress` names the call
+    for its live line.
     """
-    c = self.config
-    if c.sampling.engine == "slots" and session is None and prompts:
-      return self._sample_slots(
-          prompts, role, max_new_tokens, (temperature, top_k, top_p), seed,
-          progress,
-      )  # fmt: skip
-    out = self.generator.sample(
-        self.decode_params(),
-        prompts,
-        role=transformer.Role.of(role),
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        rng=jax.random.PRNGKey(seed),
-        top_k=top_k,
-        top_p=top_p,
-        session=session,
-        keys=keys,
-        progress=progress,
+    if not prompts:
+      return []
+    text.prompt_room(prompts, max_new_tokens, self.config.model.max_len)
+    # A one-shot call (designs, hints) has no queue to refill slots from:
+    # its slots are its prompts (a power of two, at most sampling.slots), so
+    # a step does not decode empty slots.
+    engine = self.slot_engine(
+        role,
+        temperature,
+        min(shapes.bucket(len(prompts)), self.config.sampling.slots),
+        top_k,
+        top_p,
     )
-    return [(o.token_ids, o.logprobs, o.text) for o in out]
+    server = slot_server.TextServer(
+        slot_server.SlotServer(engine, self.decode_params()),
+        self.tokenizer,
+        max_new_tokens,
+    )
+    for i, p in enumerate(prompts):
+      server.submit(i, [int(t) for t in p], seed, 0)
+    if progress:
+      console.first_compile(
+          f"the {role} slot engine",
+          (engine.slots, engine.cache_length),
+          "slots x cache length, once per shape",
+      )
+    out = [None] * len(prompts)
+    ticker = console.Ticker(
+        progress or f"{role} sampling", total=len(prompts) * max_new_tokens
+    )
+    while server.busy:
+      for key, ids, lps, txt in server.step():
+        out[key] = (ids, lps, txt)
+      ticker.update(
+          server.tokens_generated,
+          live=server.server.live + len(server.server.queue),
+          rows=len(prompts),
+      )
+    ticker.close(server.tokens_generated, f", {len(prompts)} rows")
+    return out
 
   def slot_engine(
       self,
@@ -310,49 +311,6 @@ class Engine:
       )
     return self._slot_engines[name]
 
-  def _sample_slots(self, prompts, role, max_new_tokens, draw, seed, progress):  # fmt: skip
-    """`sample` through the slot engine: prompt i drawn with
-    `fold_in(key(seed), i)`; `draw` is (temperature, top_k, top_p)."""
-    temperature, top_k, top_p = draw
-    text.prompt_room(prompts, max_new_tokens, self.config.model.max_len)
-    # A one-shot call (designs, hints) has no queue to refill slots from:
-    # its slots are its prompts (a power of two, at most sampling.slots), so
-    # a step does not decode empty slots.
-    engine = self.slot_engine(
-        role,
-        temperature,
-        min(shapes.bucket(len(prompts)), self.config.sampling.slots),
-        top_k,
-        top_p,
-    )
-    server = slot_server.TextServer(
-        slot_server.SlotServer(engine, self.decode_params()),
-        self.tokenizer,
-        max_new_tokens,
-    )
-    for i, p in enumerate(prompts):
-      server.submit(i, [int(t) for t in p], seed, 0)
-    if progress:
-      console.first_compile(
-          f"the {role} slot engine",
-          (engine.slots, engine.cache_length),
-          "slots x cache length, once per shape",
-      )
-    out = [None] * len(prompts)
-    ticker = console.Ticker(
-        progress or f"{role} sampling", total=len(prompts) * max_new_tokens
-    )
-    while server.busy:
-      for key, ids, lps, txt in server.step():
-        out[key] = (ids, lps, txt)
-      ticker.update(
-          server.tokens_generated,
-          live=server.server.live + len(server.server.queue),
-          rows=len(prompts),
-      )
-    ticker.close(server.tokens_generated, f", {len(prompts)} rows")
-    return out
-
   def prefill_counts(self) -> tuple[int, int, int]:
     """Prompt tokens sampled so far: (a row-by-row prefill's, saved, carried
     from an episode's last turn)."""
@@ -362,42 +320,6 @@ class Engine:
   def prompt_budget(self, role: str) -> int:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""
     return prompt_budget(self.config, role)
-
-  def agent_sampler(
-      self,
-      *,
-      max_new_tokens: int,
-      temperature: float,
-      top_k: int = 0,
-      top_p: float = 1.0,
-      groups: int = 2,
-      progress: str | None = None,
-  ):
-    """The rollout engine's `TokenSampler` for the agent head: each turn of
-    an episode (its key) continues the cache of its last turn
-    (`config.agent.carry_cache`), the last caches of `groups` calls kept
-    (one per group of episodes, `rollout.num_groups`)."""
-    session = None
-    if self.config.agent.carry_cache:
-      session = text.Session(max_calls=max(groups, 1))
-
-    def sample(prompts, seed, keys=None):
-      out = self.generator.sample(
-          self.decode_params(),
-          prompts,
-          role=transformer.Role.AGENT,
-          max_new_tokens=max_new_tokens,
-          temperature=temperature,
-          rng=jax.random.PRNGKey(seed),
-          top_k=top_k,
-          top_p=top_p,
-          session=session if keys is not None else None,
-          keys=keys,
-          progress=progress,
-      )
-      return [(o.token_ids, o.logprobs, o.text) for o in out]
-
-    return _LockstepSampler(sample, self.generator.batch_shards)
 
   def agent_server(
       self,
