@@ -64,7 +64,8 @@ from spade.model import layout
 from spade.model import loading
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
-from spade.sampling import slots as slots_lib
+from spade.sampling import slot_engine
+from spade.sampling import slot_server
 from spade.sandbox import pool as pool_lib
 from spade.selfplay import state as state_lib
 from spade.selfplay import design as design_lib
@@ -254,7 +255,7 @@ def main(argv=None) -> None:
     params = layout.unstack_releasing(layout.owned(params), c.model)
   num_slots = args.slots or c.sampling.slots
   fns = transformer.sampling_fns(c.model, transformer.Role.DESIGNER)
-  engine = slots_lib.Engine(
+  engine = slot_engine.SlotEngine(
       fns.tokens_to_logits,
       fns.init_cache,
       fns.prepare_params,
@@ -292,8 +293,10 @@ def main(argv=None) -> None:
               c, renderer, doc, shown, None, spec
           )
           items[k] = (prompts[k], spec, doc, shown)
-      server = engine_lib.TextServer(
-          engine.start(params), tokenizer, c.designer.max_new_tokens
+      server = slot_server.TextServer(
+          slot_server.SlotServer(engine, params),
+          tokenizer,
+          c.designer.max_new_tokens,
       )
       for k in todo:
         server.submit(k, prompts[k], args.seed * 1000 + attempt, 0)

@@ -8,21 +8,21 @@ at temperature 1 with no stop ids: every reply ends at its scripted length
 (a per-request limit), so both ways generate exactly the same number of
 tokens and only the decode row-steps and the time differ.
 
-* Lock-step (today's rollout): the episodes are split into groups of at most
+* Lock-step (the batched `Sampler`): the episodes are split into groups of at most
   `--lockstep_rows` (the rollout's two overlapped groups); each turn, one
   `Sampler` call per group holds its live episodes (padded to a power of
   two) and decodes until the group's longest reply ends. Each episode's KV
   cache is carried to its next turn (`Carry`, as `agent.carry_cache` does),
   and identical first prompts are prefilled once.
-* Slots: one `spade.sampling.slots.Engine` of `--slots` decode slots (16,
-  the default config's `sampling.slots`: below the 24 and 32 episodes in
+* Slots: one `spade.sampling.slot_engine.SlotEngine` of `--slots` decode
+  slots (16, the default config's `sampling.slots`: below the 24 and 32 episodes in
   flight here, as a real rollout's slots are); an episode's next turn is
   queued the moment its reply ends (`generate` returns as soon as a row
   ends) and continues its slot's cache; a first prompt another slot holds
-  is copied, not prefilled (`Engine.share_prefixes`); each call runs on
+  is copied, not prefilled (`SlotEngine.share_prefixes`); each call runs on
   the smallest cache window that holds the live histories
-  (`Engine.windows`) and on the live slots gathered into the smallest row
-  count that holds them (`--min_rows`, `Engine.rows`).
+  (`SlotEngine.windows`) and on the live slots gathered into the smallest row
+  count that holds them (`--min_rows`, `SlotEngine.rows`).
 
 Every request's PRNG key is derived before the clock starts, on both paths.
 
@@ -82,7 +82,8 @@ from spade import console
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sampling import shapes
-from spade.sampling import slots as slots_lib
+from spade.sampling import slot_engine
+from spade.sampling import slot_server
 
 PAD = 256
 
@@ -247,7 +248,7 @@ def play_lockstep(sampler, params, iterations, cap, group_rows, progress):
             keep_cache=True,
         )  # fmt: skip
         seconds += time.perf_counter() - t0
-        row_steps += slots_lib.lockstep_row_steps(out)
+        row_steps += slot_server.lockstep_row_steps(out)
         tokens += int(out.lengths.sum())
         kept[g] = (out, {e.key: i for i, e in enumerate(live)})
         for i, e in enumerate(live):
@@ -264,7 +265,7 @@ def play_slots(engine, params, iterations, progress, report=False):
   line per iteration on where the time went."""
   seconds, row_steps, tokens, carried = 0.0, 0, 0, 0
   for episodes in iterations:
-    server = engine.start(params)
+    server = slot_server.SlotServer(engine, params)
     by_key = {e.key: e for e in episodes}
     turn = {e.key: 0 for e in episodes}
     keys = {(e.key, t): _key(9, e.key, t)
@@ -272,7 +273,7 @@ def play_slots(engine, params, iterations, progress, report=False):
 
     def request(e, prompt, keys=keys, turn=turn):
       t = turn[e.key]
-      return slots_lib.Request(e.key, prompt, e.replies[t], keys[e.key, t])
+      return slot_server.Request(e.key, prompt, e.replies[t], keys[e.key, t])
 
     def next_turn(res, server=server, by_key=by_key, turn=turn):
       e = by_key[res.request.key]
@@ -323,7 +324,7 @@ def main() -> None:
       "--min_rows", type=int, default=4,
       help="generate runs on the live slots gathered into the smallest of"
       " min_rows, 3/2 x, 2 x, 3 x, ... (below slots), slots rows that holds"
-      " them (0: always every slot; `Engine.min_rows`)",
+      " them (0: always every slot; `SlotEngine.min_rows`)",
   )  # fmt: skip
   parser.add_argument(
       "--share_prefixes", type=int, default=1,
@@ -347,7 +348,7 @@ def main() -> None:
   params = transformer.init_params(cfg, jax.random.key(0))
   fns = transformer.sampling_fns(cfg, transformer.Role.AGENT)
   sampler = sampler_lib.Sampler(*fns, pad_id=PAD)
-  engine = slots_lib.Engine(
+  engine = slot_engine.SlotEngine(
       fns.tokens_to_logits, fns.init_cache, fns.prepare_params,
       pad_id=PAD, slots=args.slots, cache_length=cfg.max_len,
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,

@@ -24,8 +24,7 @@ turns) with the mesh and the sizes that decide memory set for the node:
 * 8 x 80 GB: parameters and Adam moments sharded over the 8 GPUs
   (`mesh.fsdp=8`), the slot engine's 128 slots of 8,192 tokens (Qwen3 8B:
   36 layers x 8 KV heads x 128 x 2 x 2 bytes = 144 KiB a token, 18 GiB of
-  cache a GPU), 128-row lock-step calls with `sampling.engine=lockstep`.
-  Up to 12B train in full (12B: 24 GB of state a GPU); 27B trains LoRA
+  cache a GPU). Up to 12B train in full (12B: 24 GB of state a GPU); 27B trains LoRA
   adapters (`optim.lora_rank=64`: its 432 GB of full train state would
   leave no room for the caches).
 * 1 x 141 GB: one device. Up to 4B train in full (64 GB of state for 4B,
@@ -109,13 +108,11 @@ def get_config(arg=None):
     c.mesh.fsdp, c.mesh.tensor = 8, 1
     c.sampling.slots = 128
     c.sampling.prefill_rows = 8
-    c.agent.rows_per_call = 128
     c.optim.lora_rank = _NODE_LORA.get(model, 0)
   else:
     c.mesh.fsdp = c.mesh.tensor = 1
     c.sampling.slots = 32
     c.sampling.prefill_rows = 4
-    c.agent.rows_per_call = 32
     c.optim.microbatch_rows = 16
     c.optim.lora_rank = _SINGLE[model]
   # A GPU host has fewer cores than a TPU host's 100-200.
@@ -125,6 +122,5 @@ def get_config(arg=None):
     c.mesh.fsdp = min(c.mesh.fsdp, 4)
     c.sampling.slots = c.sampling.prefill_rows = 8
     c.sampling.decode_steps = 8
-    c.agent.rows_per_call = 0
     c.optim.microbatch_rows = 0
   return c

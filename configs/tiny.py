@@ -1,8 +1,7 @@
 """Tiny randomly initialised byte-level model: the fast path for tests and CI.
 
 The default proves the pipeline, not learning; `learn` learns. Sampling
-goes through the slot engine (`sampling.engine="slots"`, the default);
-`--config.sampling.engine=lockstep` runs the batched lock-step sampler. Run:
+goes through the slot engine (`spade.sampling.slot_server`). Run:
 
   python -m spade.main --config=configs/tiny.py --workdir=/tmp/spade_tiny
   python -m spade.main --config=configs/tiny.py:smoke --workdir=/tmp/smoke

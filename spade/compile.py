@@ -16,13 +16,14 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
 
   update            the shared update step (`spade.train.update`) on the
                     worst-case agent and designer batches;
-  {role} prefill    the sampler's prompt pass, `sampling.prefill_chunk`
+  {role} prefill    the lock-step sampler's prompt pass (the evaluation
+                    responder's for the agent), `sampling.prefill_chunk`
                     columns at a time, which creates the KV cache one call
                     needs (prompt + new tokens);
   {role} decode     one decode step on that cache (donated, as in the loop).
   {role} slots prefill-insert, {role} slots generate
-                    the slot engine's programs (`spade.sampling.slots`,
-                    with `sampling.engine="slots"` or `--engine`):
+                    the slot engine's programs (`spade.sampling.slot_engine`,
+                    what the loop samples with; `--noengine` skips them):
                     `sampling.prefill_rows` prompts written into
                     `sampling.slots` slots of a `model.max_len` cache, and
                     `sampling.decode_steps` tokens over every slot, each
@@ -37,9 +38,7 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
 Per program it prints the per-device argument / output / temporary / peak
 memory (`memory_analysis()`) against the chip's HBM, and for the samplers
 what stays in HBM beside them while they run (counted from the shapes, not
-compiled): the optimizer state, and with `agent.carry_cache` the caches the
-rollout keeps between turns, one per group of episodes (the other groups'
-and the one this call continues). A program fits when its peak plus that is
+compiled): the optimizer state. A program fits when its peak plus that is
 within HBM. Then the model FLOPs of one
 call counted from the shapes (matmuls and attention; XLA's own
 `cost_analysis()` figure is printed beside it, but it counts a loop body
@@ -54,8 +53,8 @@ Shapes default to the config's worst case, rounded as
 `spade.selfplay.batching.make_batch` and the engine's sampler round them:
 update agent rows = every episode's every turn, `model.max_len` tokens;
 designer rows = `designer.num_envs`, prompt + program tokens; an agent
-sampler call holds one group of episodes (`spade.agent.rollout.group_rows`,
-capped by `agent.rows_per_call`). `config.compile.*` overrides the update's
+sampler call holds `eval.batch_size` prompts (the evaluation responder's
+call). `config.compile.*` overrides the update's
 batch (the TPU configs set the reference's rollout size there).
 """
 
@@ -84,14 +83,14 @@ import numpy as np
 from ml_collections import config_flags
 
 from spade import config as config_lib
-from spade.agent import rollout
 from spade.model import architecture
 from spade.model import sharding
 from spade.model import topology as topology_lib
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 from spade.sampling import shapes as shapes_lib
-from spade.sampling import slots as slots_lib
+from spade.sampling import slot_engine as slot_engine_lib
+from spade.sampling import slot_server as slot_server_lib
 from spade.train import state as state_lib
 from spade.train import update as update_lib
 
@@ -244,30 +243,23 @@ def update_shapes(config, shards: int) -> dict[str, tuple[int, int]]:
   }
 
 
-def agent_episodes(config) -> int:
-  """Episodes one iteration plays: every environment's two arms."""
-  c = config.agent
-  hinted = c.hint_episodes_per_env or c.episodes_per_env
-  return config.designer.num_envs * (c.episodes_per_env + hinted)
-
-
 def sampler_shapes(config, shards: int) -> dict[str, tuple[int, int, int]]:
-  """(rows, prompt length, new tokens) of each role's sampling call.
+  """(rows, prompt length, new tokens) of each role's lock-step call.
 
-  As `Engine.sample` pads them: rows to a power of two and a multiple of the
-  batch shards, prompts to a power-of-two bucket of at most `max_len - new`
-  tokens. Agent: one turn of one group of episodes (the loop's rollout
-  overlaps at least two; `agent.rows_per_call` caps them); designer: every
-  design.
+  As `spade.sampling.text.TextGenerator` pads them: rows to a power of two
+  and a multiple of the batch shards, prompts to a power-of-two bucket of
+  at most `max_len - new` tokens. Agent: one call of the evaluation
+  responder (`eval.batch_size` prompts; the loop's rollout samples through
+  the slot engine, `compile_engine`); designer: every design in one call.
   """
   c = config
   out = {}
   for role, rows, prompt, new in (
       (
           "agent",
-          rollout.group_rows(agent_episodes(c), c.agent.rows_per_call, True),
+          c.eval.batch_size,
           c.agent.max_context,
-          c.agent.max_new_tokens,
+          c.eval.max_new_tokens or c.agent.max_new_tokens,
       ),
       (
           "designer",
@@ -514,26 +506,9 @@ def compile_sampler(config, mesh, rules, state, role, hbm_bytes):
     with sharding.use_rules(mesh, rules):
       return jax.jit(prefill).lower(*prefill_args)
 
-  # What stays in HBM beside the sampler: the optimizer state, and with
-  # carry_cache the agent's kept caches, one per group of episodes, each the
-  # shape of this call's, its rows split over the batch shards.
+  # What stays in HBM beside the sampler: the optimizer state.
   held_bytes = state_bytes
   held = f"optimizer state {state_bytes / GIB:.2f}"
-  if role == "agent" and config.agent.carry_cache and sampler.can_continue:
-    groups = rollout.num_groups(
-        agent_episodes(config), config.agent.rows_per_call, True
-    )
-    cache = jax.eval_shape(lambda: fns.init_cache(rows, prompt + new))
-    kept = (
-        groups
-        * sum(
-            math.prod(x.shape) * x.dtype.itemsize
-            for x in jax.tree.leaves(cache)
-        )
-        // shards
-    )
-    held_bytes += kept
-    held += f", {groups} kept caches {kept / GIB:.2f}"
 
   first, lowered, compiled = _compile(
       Program(
@@ -608,7 +583,7 @@ def slot_engine(config, mesh, rules, role: str):
   c = config
   section = c.designer if role == "designer" else c.agent
   fns = transformer.sampling_fns(c.model, transformer.Role.of(role))
-  return slots_lib.Engine(
+  return slot_engine_lib.SlotEngine(
       fns.tokens_to_logits,
       fns.init_cache,
       fns.prepare_params,
@@ -629,7 +604,7 @@ def slot_engine(config, mesh, rules, role: str):
 
 
 def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
-  """The host arguments the slot `Server` gives its prefill-insert (one
+  """The host arguments the `SlotServer` gives its prefill-insert (one
   fresh prompt of `prompt` tokens) and generate programs, captured by
   running the server's own host code against stand-ins (so they follow
   whatever the engine's programs take)."""
@@ -645,7 +620,7 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
       # so the server goes on to generate.
       # Prefill-insert's last argument, the window, is static.
       *traced, window = args
-      with sharding.use_rules(engine.mesh, engine._rules):
+      with sharding.use_rules(engine.mesh, engine.rules):
         _, out = jax.eval_shape(
             lambda p, st, *a: fn(p, st, *a, window),
             params, decode_state, *traced,
@@ -654,32 +629,30 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
 
     return program
 
-  # pylint: disable=protected-access
-  engine.__dict__["_programs"] = (
-      None, None, stand_in("prefill_insert", engine._prefill_insert),
-      stand_in("generate", engine._generate),
-  )  # fmt: skip
-  # pylint: enable=protected-access
+  programs = slot_engine_lib.Programs(
+      init=lambda: None,
+      prepare=lambda p: p,
+      prefill_insert=stand_in("prefill_insert", engine.prefill_insert),
+      generate=stand_in("generate", engine.generate),
+  )
+  server = slot_server_lib.SlotServer(engine, None, programs=programs)
+  server.submit(
+      slot_server_lib.Request(0, [2] * prompt, max(new, 2), jax.random.key(0))
+  )
   try:
-    server = slots_lib.Server(engine, None, None)
-    server.submit(
-        slots_lib.Request(0, [2] * prompt, max(new, 2), jax.random.key(0))
-    )
-    try:
-      server.step()
-    except _Captured:
-      pass
-  finally:
-    del engine.__dict__["_programs"]
+    server.step()
+  except _Captured:
+    pass
   return captured["prefill_insert"], captured["generate"]
 
 
 def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
-  """The role's slot-engine programs (`spade.sampling.slots`): prefill-insert
-  and generate over `sampling.slots` slots of a `model.max_len` cache.
+  """The role's slot-engine programs (`spade.sampling.slot_engine`):
+  prefill-insert and generate over `sampling.slots` slots of a
+  `model.max_len` cache.
 
   The server runs each program on one of the engine's cache windows
-  (`Engine.windows`), a static argument: one program per window. This
+  (`SlotEngine.windows`), a static argument: one program per window. This
   compiles the `windows` largest (0: every one) and reports, per program,
   the worst of them. A window's buffers (the rows' fresh cache, the
   generate loop's view of every slot) grow with it, so the peak is at the
@@ -711,16 +684,15 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
   params = _abstract(
       params_info, sharding.fitted_param_shardings(params_info, mesh, rules)
   )
-  # pylint: disable=protected-access
   with sharding.use_rules(mesh, rules):
-    init = jax.jit(engine._init).lower().compile()
-  decode_state = _abstract(jax.eval_shape(engine._init), init.output_shardings)
+    init = jax.jit(engine.init).lower().compile()
+  decode_state = _abstract(jax.eval_shape(engine.init), init.output_shardings)
   out = init.output_shardings
   prefill_args, generate_args = _engine_host_args(
       engine, params, decode_state, prompt, new
   )
   # Generate on every slot. The programs on gathered rows
-  # (`Engine.min_rows`) are not compiled here: they run fewer rows but take
+  # (`SlotEngine.min_rows`) are not compiled here: they run fewer rows but take
   # a copy of those rows' cache, so their peak is not bounded by this one's.
   generate_args = generate_args[:4] + (None,)
 
@@ -781,15 +753,14 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
       f"{role} slots prefill-insert",
       f"{rows} rows into {s} slots x cache {c}, chunk {engine.chunk}, {on}",
       forward_flops(config.model, rows, prompt, "last"),
-      engine._prefill_insert, prefill_args, 2,
+      engine.prefill_insert, prefill_args, 2,
   )  # fmt: skip
   program, compiled = worst(
       f"{role} slots generate",
       f"{s} slots x cache {c}, {n} steps a call, {on}",
       n * decode_flops(config.model, s, c),
-      engine._generate, generate_args, 3,
+      engine.generate, generate_args, 3,
   )  # fmt: skip
-  # pylint: enable=protected-access
   if compiled is not None:
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
@@ -917,9 +888,9 @@ def _define_flags() -> None:
   )
   flags.DEFINE_bool(
       "engine",
-      None,
+      True,
       "Also compile each role's slot-engine programs (prefill-insert,"
-      " generate); default: when config.sampling.engine is 'slots'.",
+      " generate): what the loop samples with.",
   )
   flags.DEFINE_list(
       "roles",
@@ -941,8 +912,6 @@ def main(argv: list[str]) -> None:
   if f.config is None or not f.topology:
     sys.exit("spade.compile: --config and --topology are required")
   engine = f.engine
-  if engine is None:
-    engine = f.config.sampling.engine == "slots"
   if not (f.update or f.samplers or engine):
     sys.exit(
         "spade.compile: --noupdate, --nosamplers and --noengine leave nothing"

@@ -127,11 +127,9 @@ def base_config() -> ConfigDict:
   # Prompt columns the sampler writes into the KV cache per prefill step:
   # the step's attention scores are rows x heads x this x cache length.
   c.sampling.prefill_chunk = 512
-  # "slots" (`spade.sampling.slots`: decode slots refilled as rows end; the
-  # rollout's episodes are requests of their own, and so are the designer's
-  # and hint writer's prompts) or "lockstep" (one batched call per group of
-  # episodes a turn, each decoding until its longest reply ends).
-  c.sampling.engine = "slots"
+  # Every role samples through the slot engine (`spade.sampling.slot_server`:
+  # decode slots refilled as rows end; the rollout's episodes are requests of
+  # their own, and so are the designer's and hint writer's prompts).
   # The slot engine's sizes: decode slots (its compiled batch; each slot
   # holds a cache of model.max_len), prompts one prefill-insert writes, and
   # tokens per generate call (the host refills slots between calls). Each
@@ -327,18 +325,12 @@ def base_config() -> ConfigDict:
   # prompts then grow by the sampled tokens. False: one row per turn, each
   # holding the whole history again.
   c.agent.episode_rows = True
-  # Each turn of an episode continues the KV cache its previous turn left
-  # (`spade.sampling.text.Session`): only the reply's last token and the
-  # environment's answer are prefilled, not the whole history again. False
-  # prefills every turn's prompt whole. Models with sliding windows (Gemma 3)
-  # always do.
+  # Each turn of an episode continues the KV cache its slot still holds from
+  # its previous turn (`spade.sampling.slot_server`): only the tokens after
+  # that history are prefilled, not the whole history again. False prefills
+  # every turn's prompt whole. Models with sliding windows (Gemma 3) always
+  # do.
   c.agent.carry_cache = True
-  # The most episodes one agent sampler call holds (0: no limit). The rollout
-  # plays the episodes in two groups (one samples while the other's sandbox
-  # calls run); more episodes than 2 x this make more groups, so one call's
-  # KV cache (rows x (prompt + new tokens)) fits the accelerator. With
-  # carry_cache every group's last cache is kept between turns.
-  c.agent.rows_per_call = 0
   # An episode's return. "final_if_terminated" (the reference's
   # `episode_reward`): the last reward, clipped to [-1, 1], if the
   # environment terminated the episode, else 0. "clipped_total" (ours
@@ -690,7 +682,6 @@ _CHOICES = {
     "train.pool_draw": ("with_replacement", "without_replacement"),
     "grounding.source": ("builtin", "jsonl", "text", "tfds", "seqio"),
     "grounding.text_rule": ("reference", "layout"),
-    "sampling.engine": ("slots", "lockstep"),
     "optim.weight_decay_mask": ("megatron", "all"),
     "optim.loss_reduction": ("sample_mean", "token_mean"),
     "optim.kl_estimator": ("low_var_kl", "k3"),
@@ -797,19 +788,17 @@ def tpu_pod_config(
   c.agent.max_turns = 25
   c.agent.max_new_tokens = 512
   c.agent.max_context = 8192
-  # The 768 episodes of an iteration in three sampler calls of 256 (no
-  # padding rows; `python -m spade.compile` checks one call's cache). The
-  # caches of all 768 (8,704 slots each) are not kept between turns: for
-  # Qwen3 4B on v5p-32 they would hold 61.6 GiB a chip. Gemma 3's sliding
-  # windows never carry a cache anyway.
-  c.agent.rows_per_call = 256
+  # Every turn's prompt prefilled whole. Chosen when lock-step calls kept
+  # extra caches between turns (61.6 GiB a chip for Qwen3 4B on v5p-32); a
+  # slot keeps its history in its own cache rows, so this is worth
+  # measuring again. Gemma 3's sliding windows never carry a cache anyway.
   c.agent.carry_cache = False
   # A prefill step's attention scores are rows x heads x chunk x 8,704 keys:
   # at 512 columns the Qwen3 4B agent's asked for 188 GB a chip.
   c.sampling.prefill_chunk = 128
-  # The slot engine: 256 slots (the rows of one lock-step call above), each
-  # a model.max_len cache; 16 prompts a prefill-insert (a multiple of every
-  # named slice's batch shards) and 32 tokens a generate call.
+  # The slot engine: 256 slots, each a model.max_len cache; 16 prompts a
+  # prefill-insert (a multiple of every named slice's batch shards) and 32
+  # tokens a generate call.
   c.sampling.slots = 256
   c.sampling.prefill_rows = 16
   c.sampling.decode_steps = 32
@@ -961,11 +950,6 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
         "config.agent.retry_failed_plays="
         f"{config.agent.retry_failed_plays} must be >= 0 (0: no retry)"
     )
-  if config.agent.rows_per_call < 0:
-    raise ConfigError(
-        f"config.agent.rows_per_call={config.agent.rows_per_call} must be"
-        " >= 0 (0: no limit)"
-    )
   if config.sampling.prefill_chunk < 0:
     raise ConfigError(
         f"config.sampling.prefill_chunk={config.sampling.prefill_chunk} must"
@@ -983,7 +967,7 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
           f" value of sandbox.budgets={config.sandbox.budgets!r})"
       )
   chunk = config.sampling.prefill_chunk
-  if config.sampling.engine == "slots" and chunk and m.max_len % chunk:
+  if chunk and m.max_len % chunk:
     raise ConfigError(
         f"config.model.max_len={m.max_len} (the slot engine's cache) is not a"
         f" multiple of config.sampling.prefill_chunk={chunk}: pick a chunk"

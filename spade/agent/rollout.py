@@ -1,22 +1,17 @@
 """The multi-turn rollout engine: every episode of an iteration to its end.
 
-Two ways to sample, one set of episode rules (`run_episodes`):
+One loop (`run_episodes`) over one interface (`TurnServer`): every episode
+is an independent request; its next turn is queued as soon as its reply has
+been stepped (or its tool calls executed), while the other episodes keep
+decoding, so no episode waits for another's long reply. The sandbox calls
+run in a worker thread while sampling goes on (the sandbox is other
+processes and XLA releases the GIL, so both make progress).
 
-* Slots (`TurnServer`, `config.sampling.engine = "slots"`): every episode
-  is an independent request to the slot engine (`spade.sampling.slots`).
-  An episode's next turn is queued as soon as its reply has been stepped
-  (or its tool calls executed), while the other slots keep decoding; no
-  episode waits for another's long reply.
-* Lock-step (`TokenSampler`, `"lockstep"`): each turn makes one batched
-  sampling call per group of live episodes and one batched sandbox call for
-  their actions. With `overlap=True` the episodes are split into (at least)
-  two groups and pipelined: while one group's actions are stepped in the
-  sandbox (a worker thread; the sandbox is other processes, so the GIL is
-  not held while waiting), another group is being sampled (XLA releases the
-  GIL). `rows_per_call` caps a group's size, so one call's KV cache fits the
-  accelerator.
-
-Either way the sandbox calls run in a worker thread while sampling goes on.
+The policy's sampling is the slot engine
+(`spade.sampling.slot_server.TextServer`). What answers a batch of prompts
+at once instead (an evaluation `Responder`, a scripted sampler in a test)
+is served through `BatchedTurns`, which answers every queued turn in one
+call.
 
 On several processes each process steps only its own slice of the episodes in
 its own sandbox pool; results are all-gathered so every process holds the
@@ -65,27 +60,20 @@ class EpisodeSpec:
 
 
 class TokenSampler(Protocol):
-  """What the engine needs from the model: a batched, seeded sampling call."""
+  """A batched, seeded sampling call (served through `BatchedTurns`)."""
 
   def __call__(
       self, prompts: list[list[int]], seed: int, keys: list[int]
   ) -> list[tuple[list[int], list[float], str]]:
-    """Returns (token ids, logprobs, decoded text) for each prompt.
-
-    `keys` name each prompt's episode: a sampler may keep an episode's KV
-    cache between its turns (`spade.sampling.text.Session`), since the
-    next prompt of an exact episode extends this one and its reply.
-    """
+    """Returns (token ids, logprobs, decoded text) for each prompt; `keys`
+    name each prompt's episode."""
     ...
-
-  # Optional: `rows(n)`, the rows a call of n prompts runs (its batch, filler
-  # rows included), for `RolloutStats.decode_row_steps`; n without it.
 
 
 @runtime_checkable
 class TurnServer(Protocol):
-  """What the slots path needs: a queue of turns served as slots free up
-  (`spade.selfplay.engine.TextServer` over `spade.sampling.slots.Server`)."""
+  """What the rollout drives: a queue of turns served as they can be
+  (`spade.sampling.slot_server.TextServer`: as decode slots free up)."""
 
   decode_row_steps: int  # decode slots x steps run, live or not
   tokens_generated: int
@@ -104,6 +92,42 @@ class TurnServer(Protocol):
   def busy(self) -> bool:
     """A turn is queued or being decoded."""
     ...
+
+
+class BatchedTurns:
+  """A `TurnServer` over a batched `TokenSampler`: each `step()` answers
+  every queued turn in one call.
+
+  Call n of a server gets seed `seed * 1000 + n` (the seed its first turn
+  was submitted with). A call counts as its rows times its longest reply
+  in `decode_row_steps`, as a lock-step batch decodes.
+  """
+
+  def __init__(self, sample: TokenSampler):
+    self._sample = sample
+    self._queue: list[tuple[int, list[int], int]] = []
+    self._calls = 0
+    self.decode_row_steps = 0
+    self.tokens_generated = 0
+
+  @property
+  def busy(self) -> bool:
+    return bool(self._queue)
+
+  def submit(self, key: int, prompt: list[int], seed: int, turn: int) -> None:
+    del turn  # the batch's seed stands for every turn in it
+    self._queue.append((key, prompt, seed))
+
+  def step(self) -> list[tuple[Hashable, list[int], list[float], str]]:
+    queue, self._queue = self._queue, []
+    keys = [key for key, _, _ in queue]
+    seed = queue[0][2] * 1000 + self._calls
+    outs = self._sample([p for _, p, _ in queue], seed, keys=keys)
+    self._calls += 1
+    made = [len(o[0]) for o in outs]
+    self.decode_row_steps += len(outs) * max(made, default=0)
+    self.tokens_generated += sum(made)
+    return [(key, *out) for key, out in zip(keys, outs)]
 
 
 class StepExecutor(Protocol):
@@ -276,8 +300,8 @@ class RolloutStats:
   # Replies to a tool-use environment that opened a `<tool_call>` the parser
   # could not read (and gave no `<answer>`).
   malformed_tool_calls: int = 0
-  # Decode row-steps the sampling ran (slots x steps, or per lock-step call
-  # its rows x the steps its longest reply took) and the tokens it made.
+  # Decode row-steps the sampling ran (slots x steps, or per `BatchedTurns`
+  # call its rows x the steps its longest reply took) and the tokens it made.
   decode_row_steps: int = 0
   tokens_generated: int = 0
   # Unhinted plays played again after their environment failed, and those
@@ -450,135 +474,62 @@ def unhinted_plays(
   return -(-plays_per_iteration // num_valid)
 
 
-def num_groups(episodes: int, rows_per_call: int, overlap: bool) -> int:
-  """How many groups (one sampler call each per turn) `run_episodes` plays
-  `episodes` in: two with `overlap` (one samples while the other's sandbox
-  calls run), more when a group would hold over `rows_per_call` (> 0)."""
-  k = 2 if overlap else 1
-  if rows_per_call > 0:
-    k = max(k, -(-episodes // rows_per_call))
-  return k
+class _Rollout:
+  """The episodes of one `run_episodes` call and the rules that play them:
+  resets, prompts, turning replies into environment calls, and recording
+  what came back. `run_episodes` is the loop that drives it."""
 
-
-def group_rows(episodes: int, rows_per_call: int, overlap: bool) -> int:
-  """The most episodes one of `run_episodes`' sampler calls holds."""
-  return -(-episodes // num_groups(episodes, rows_per_call, overlap))
-
-
-def run_episodes(
-    specs: Sequence[EpisodeSpec],
-    sampler: TokenSampler | TurnServer,
-    executor: StepExecutor,
-    render: Callable[[list[dict[str, str]]], list[int]],
-    *,
-    max_turns: int,
-    max_context: int,
-    seed: int,
-    overlap: bool = True,
-    progress: Callable[[str], None] | None = None,
-    extend: Callable[[list, str, list], list[int] | None] | None = None,
-    stop_ids: Sequence[int] = (),
-    rows_per_call: int = 0,
-    prompt_style: str = "reference",
-    action_rule: str = "parse",
-    unfinished_reply: str = "end",
-    hinted_unfinished_reply: str = "step",
-    full_context: str = "end",
-    mask_malformed_tool_calls: bool = False,
-) -> tuple[list[episodes_lib.Episode], RolloutStats]:
-  """Plays all episodes to the end (termination, truncation or `max_turns`).
-
-  A turn is one agent reply, as the reference counts them. A reply to a
-  tool-use environment that holds `<tool_call>`s (and no `<answer>`) runs
-  every call through the environment's `execute_tool` and shows the results
-  as `tool` messages, without a `step()` (so the environment's own turn
-  limit is not spent on them); any other reply is the action for `step()`.
-  A `step()` that raises ends the episode with reward -1 (the reference's
-  outcome); a crash, timeout or lost sandbox marks the episode
-  `env_failed`, and it is masked out of scoring and the update.
-
-  The reference's episode rules (`spade/core/orchestrator.py`,
-  `_play_game_async`) by default: `step()` receives `actions.step_action`
-  of the reply (`\\boxed{...}` for a game); a reply that ends without a
-  stop id (it hit its token limit) ends the episode, truncated, with no
-  step; a later turn whose prompt no longer fits `max_context` ends the
-  episode, truncated (the reference stops with under 64 tokens left). The
-  first prompt is still shortened to fit (`prompts.truncate_messages`):
-  validation refuses what no context can show.
-
-  Args:
-    specs: the episodes to play.
-    sampler: the agent role's sampling: a `TurnServer` (the slot engine:
-      each episode's turns are requests of their own) or a batched
-      `TokenSampler` (lock-step groups of episodes).
-    executor: runs reset/step/execute_tool in the sandboxes.
-    render: chat messages -> prompt token ids (the tokenizer's chat format).
-    max_turns: T, the limit on replies.
-    max_context: the prompt token budget (`prompts.prompt_budget`): every
-      prompt is cut by `prompts.truncate_messages` to it, and the sampler
-      and trainer use the ids as they are.
-    seed: base sampling seed. Lock-step: turn t of group g (of G) uses
-      seed*1000 + G*t + g. Slots: turn t of episode i is drawn from
-      (seed, i, t) alone.
-    overlap: lock-step: pipeline the sandbox calls of one group of episodes
-      behind the sampling of the others (at least two groups). Slots always
-      overlap: a round's finished turns are stepped while the next round
-      decodes.
-    progress: optional callback for a log line per turn.
-    extend: optional `extend(messages, reply, messages_after) -> ids`: the
-      tokens the chat format puts after a reply to reach the next prompt
-      (None when it cannot tell). Given it, an episode is played as one
-      growing token sequence, each prompt the previous one plus the sampled
-      reply plus these ids, so the whole episode trains as one row; an
-      episode whose sequence outgrows `max_context` falls back to rendered,
-      truncated prompts (and per-turn rows).
-    stop_ids: the sampler's stop ids (a reply's closing stop id and the chat
-      format's turn end are one token, not two).
-    rows_per_call: lock-step: the most episodes one sampler call holds (0:
-      no limit); more episodes are split into more groups (`num_groups`),
-      each sampled in its own call, so a call's KV cache stays within the
-      accelerator's memory (`python -m spade.compile` checks it).
-    prompt_style: `config.agent.prompt_style`.
-    action_rule: `config.agent.action`: "parse" (the reference) or "raw".
-    unfinished_reply: `config.agent.unfinished_reply`: "end" (the
-      reference: a reply whose last token is not in `stop_ids` ends the
-      episode without a step) or "step" (ours). With no `stop_ids`
-      (a sampler that cannot say) every reply counts as finished.
-    hinted_unfinished_reply: `config.agent.hinted_unfinished_reply`, the
-      same rule for the hinted arm: "step" (the reference's hinted plays,
-      `_play_game_with_hint_async`, never look at EOS) or "end".
-    full_context: `config.agent.full_context`: "end" (the reference) or
-      "drop_oldest" (ours: `prompts.truncate_messages` drops the
-      oldest exchanges and the episode goes on).
-    mask_malformed_tool_calls: `config.agent.mask_malformed_tool_calls`:
-      a reply to a tool-use environment that opens a `<tool_call>` the
-      parser cannot read (`malformed_tool_call`) is still stepped, but its
-      tokens carry no loss (`Turn.trained` False) and the observation ends
-      with `MALFORMED_TOOL_CALL_NOTE` (the reference's
-      SPADE_MASK_MALFORMED_TOOLCALL=1; off, it trains like any reply).
-
-  Returns:
-    The frozen episodes (same order as specs) and the time spent.
-  """
-  from spade.environments import tool_calls  # pylint: disable=g-import-not-at-top
-
-  for name, value, allowed in (
-      ("action", action_rule, actions_lib.RULES),
-      ("unfinished_reply", unfinished_reply, ("end", "step")),
-      ("hinted_unfinished_reply", hinted_unfinished_reply, ("end", "step")),
-      ("full_context", full_context, ("end", "drop_oldest")),
+  def __init__(
+      self,
+      specs: Sequence[EpisodeSpec],
+      executor: StepExecutor,
+      render: Callable[[list[dict[str, str]]], list[int]],
+      *,
+      max_turns: int,
+      max_context: int,
+      extend: Callable[[list, str, list], list[int] | None] | None,
+      stop_ids: Sequence[int],
+      prompt_style: str,
+      action_rule: str,
+      unfinished_reply: str,
+      hinted_unfinished_reply: str,
+      full_context: str,
+      mask_malformed_tool_calls: bool,
   ):
-    if value not in allowed:
-      raise ValueError(f"config.agent.{name}={value!r} is not one of {allowed}")
-  stops = frozenset(int(t) for t in stop_ids)
+    for name, value, allowed in (
+        ("action", action_rule, actions_lib.RULES),
+        ("unfinished_reply", unfinished_reply, ("end", "step")),
+        ("hinted_unfinished_reply", hinted_unfinished_reply, ("end", "step")),
+        ("full_context", full_context, ("end", "drop_oldest")),
+    ):
+      if value not in allowed:
+        raise ValueError(
+            f"config.agent.{name}={value!r} is not one of {allowed}"
+        )
+    self.specs = specs
+    self.executor = executor
+    self.render = render
+    self.max_turns = max_turns
+    self.max_context = max_context
+    self.extend = extend
+    self.stop_ids = stop_ids
+    self.stops = frozenset(int(t) for t in stop_ids)
+    self.prompt_style = prompt_style
+    self.action_rule = action_rule
+    self.unfinished_reply = unfinished_reply
+    self.hinted_unfinished_reply = hinted_unfinished_reply
+    self.full_context = full_context
+    self.mask_malformed_tool_calls = mask_malformed_tool_calls
+    self.live = [_Live(spec=s) for s in specs]
+    self.stats = RolloutStats()
+    # Each queued turn's prompt ids and whether they are its episode's seq.
+    self.prompts: dict[int, tuple[list[int], bool]] = {}
 
-  live = [_Live(spec=s) for s in specs]
-  stats = RolloutStats()
-  t0 = time.perf_counter()
-
-  def reset(ids):
+  def reset(self, ids):
+    """Starts the environments of episodes `ids`: (results, seconds)."""
     start = time.perf_counter()
-    results = executor.reset(
+    specs = self.specs
+    results = self.executor.reset(
         [
             (i, specs[i].source, specs[i].seed, specs[i].hint is ENV_HINT)
             for i in ids
@@ -586,9 +537,9 @@ def run_episodes(
     )
     return results, time.perf_counter() - start
 
-  def apply_reset(ids, results):
+  def apply_reset(self, ids, results) -> None:
     for i, res in zip(ids, results):
-      ep = live[i]
+      ep = self.live[i]
       if res.get("ok"):
         ep.first_observation = res["obs"]
         ep.tools = bool(res.get("tools"))
@@ -596,30 +547,31 @@ def run_episodes(
       else:
         ep.fail(res)
 
-  def messages_of(ep, turns):
+  def _messages(self, ep, turns):
     return prompts_lib.episode_messages(
         ep.first_observation,
         ep.hint,
         turns,
-        style=prompt_style,
+        style=self.prompt_style,
         tools=ep.tools,
     )
 
-  def prompt_for(ep):
+  def _prompt_for(self, ep):
     """The prompt ids of ep's next reply and whether they extend ep.seq;
     None when a later prompt no longer fits and `full_context` is "end", or
     when the environment's own words (its hint) cannot fit the prompt at
     all: that episode fails as the environment's fault, not the run."""
     try:
-      return _prompt_for(ep)
+      return self._prompt_ids(ep)
     except ValueError as e:
       ep.done, ep.env_failed = True, True
       ep.failure, ep.error = "prompt", f"prompt: {e}"
       return None
 
-  def _prompt_for(ep):
-    messages = messages_of(ep, ep.turns)
-    if extend is not None and not ep.turns:
+  def _prompt_ids(self, ep):
+    render, max_context = self.render, self.max_context
+    messages = self._messages(ep, ep.turns)
+    if self.extend is not None and not ep.turns:
       ids = prompts_lib.truncate_messages(messages, render, max_context)
       # Exact only if the task was not shortened to fit.
       ep.exact = len(ids) == len(render(messages))
@@ -629,7 +581,7 @@ def run_episodes(
       return ids, ep.exact
     if ep.exact and len(ep.seq) <= max_context:
       return list(ep.seq), True
-    if full_context == "end" and ep.turns:
+    if self.full_context == "end" and ep.turns:
       ids = render(messages)
       if len(ids) > max_context:
         return None
@@ -638,61 +590,59 @@ def run_episodes(
     ep.exact = False
     return prompts_lib.truncate_messages(messages, render, max_context), False
 
-  def sample(ids, turn, group):
-    """Samples the next reply of each episode in ids that still fits."""
-    prompts, kept = [], []
+  def queue(self, server: TurnServer, seed: int, ids) -> None:
+    """Submits the next turn of each episode in ids that is live and whose
+    prompt still fits (one that does not ends, truncated)."""
     for i in ids:
-      prompt = prompt_for(live[i])
-      if prompt is None:
-        live[i].done, live[i].truncated = True, True
+      ep = self.live[i]
+      if ep.done:
         continue
-      prompts.append(prompt)
-      kept.append(i)
-    ids[:] = kept
-    if not ids:
-      return prompts, []
-    start = time.perf_counter()
-    outs = sampler(
-        [p for p, _ in prompts], seed * 1000 + k * turn + group, keys=list(ids)
-    )
-    stats.sampling_s += time.perf_counter() - start
-    made = [len(o[0]) for o in outs]
-    stats.tokens_sampled += sum(made)
-    # The call ran every row (filler rows too, `rows`) until its longest
-    # reply ended (`slots.lockstep_row_steps`).
-    rows = sampler.rows(len(outs)) if hasattr(sampler, "rows") else len(outs)
-    stats.decode_row_steps += rows * max(made, default=0)
-    stats.tokens_generated += sum(made)
-    return prompts, outs
+      prompt = self._prompt_for(ep)
+      if prompt is None:
+        ep.done, ep.truncated = True, True
+        continue
+      self.prompts[i] = prompt
+      server.submit(i, list(prompt[0]), seed, len(ep.turns))
 
-  def plan(i, text):
+  def _plan(self, i, text):
     """The reply's tool calls, or None when it is an action for step().
 
     The reference's rule, shared with validation's solution replay
     (`tool_calls.reply_actions`).
     """
-    actions = tool_calls.reply_actions(text, live[i].tools)
+    from spade.environments import tool_calls  # pylint: disable=g-import-not-at-top
+
+    actions = tool_calls.reply_actions(text, self.live[i].tools)
     if actions[0][0] == "step":
       return None
     return [call for _, call in actions]
 
-  def finished(tok):
+  def _finished(self, tok):
     """The reply ended on a stop id (the reference: on EOS)."""
-    return not stops or (bool(tok) and int(tok[-1]) in stops)
+    return not self.stops or (bool(tok) and int(tok[-1]) in self.stops)
 
-  def execute(ids, outs):
+  def execute(self, ids, outs):
+    """Runs the replies `outs` of episodes `ids` in their environments (a
+    step, tool calls, or nothing for a reply cut without EOS): (results,
+    seconds)."""
     start = time.perf_counter()
 
     def rule(i):
-      hinted = live[i].spec.hinted
-      return hinted_unfinished_reply if hinted else unfinished_reply
+      if self.live[i].spec.hinted:
+        return self.hinted_unfinished_reply
+      return self.unfinished_reply
 
     plans = [
-        "cut" if rule(i) == "end" and not finished(o[0]) else plan(i, o[2])
+        "cut"
+        if rule(i) == "end" and not self._finished(o[0])
+        else self._plan(i, o[2])
         for i, o in zip(ids, outs)
     ]
     stepped = [
-        (i, actions_lib.step_action(o[2], live[i].tools, action_rule))
+        (
+            i,
+            actions_lib.step_action(o[2], self.live[i].tools, self.action_rule),
+        )
         for i, o, p in zip(ids, outs, plans)
         if p is None
     ]
@@ -702,6 +652,7 @@ def run_episodes(
         if p is not None and p != "cut"
         for c in p
     ]
+    executor = self.executor
     step_results = iter(executor.step(stepped) if stepped else [])
     call_results = iter(executor.call(calls) if calls else [])
     results = []
@@ -714,11 +665,13 @@ def run_episodes(
         results.append(("tools", [next(call_results) for _ in p]))
     return results, time.perf_counter() - start
 
-  def apply(ids, prompts, outs, results):
+  def apply(self, ids, prompts, outs, results) -> None:
+    """Records each reply and what its environment answered as a turn."""
+    stats = self.stats
     for i, (prompt, in_seq), (tok, lp, text), (kind, res) in zip(
         ids, prompts, outs, results
     ):
-      ep = live[i]
+      ep = self.live[i]
       before = ep.turns[:]
       if in_seq:
         # The prompt is ep.seq itself: keep only its length in the turn.
@@ -747,7 +700,7 @@ def run_episodes(
       note = ""
       if kind == "step" and malformed_tool_call(text, ep.tools):
         stats.malformed_tool_calls += 1
-        if mask_malformed_tool_calls:
+        if self.mask_malformed_tool_calls:
           # Stepped (the environment may answer with guidance), not trained.
           turn = functools.partial(turn, trained=False)
           note = MALFORMED_TOOL_CALL_NOTE
@@ -786,140 +739,202 @@ def run_episodes(
         # The note is shown only when the episode goes on (the reference).
         obs = res["obs"] if ep.done else f"{res['obs']}{note}"
         ep.turns.append(turn(float(res["reward"]), obs))
-      if not ep.done and len(ep.turns) >= max_turns:
+      if not ep.done and len(ep.turns) >= self.max_turns:
         ep.done, ep.truncated = True, True
       if ep.exact and not ep.done:
-        grow(ep, before, tok)
+        self._grow(ep, before, tok)
 
-  def grow(ep, before, tok):
+  def _grow(self, ep, before, tok):
     """Appends what the chat format puts between the reply and the next
     prompt; an episode whose format cannot say stops being exact."""
-    delta = extend(
-        messages_of(ep, before),
+    delta = self.extend(
+        self._messages(ep, before),
         ep.turns[-1].action,
-        messages_of(ep, ep.turns),
+        self._messages(ep, ep.turns),
     )
     if delta is None:
       ep.exact = False
       return
-    if tok and delta and tok[-1] in stop_ids and delta[0] == tok[-1]:
+    if tok and delta and tok[-1] in self.stop_ids and delta[0] == tok[-1]:
       delta = delta[1:]
     ep.seq += list(delta)
     ep.seq_mask += [False] * len(delta)
     ep.seq_lp += [0.0] * len(delta)
 
-  def finish():
-    wall = time.perf_counter() - t0
+  def finish(self, wall: float):
+    """Closes every environment; the frozen episodes and the stats."""
+    stats = self.stats
     # The main thread only samples or waits, so whatever of the sandbox time
     # does not add to the wall clock ran while sampling.
     stats.sandbox_hidden_s = min(
         stats.sandbox_s, max(0.0, stats.sampling_s + stats.sandbox_s - wall)
     )
-    executor.close(list(range(len(live))))
-    return [ep.freeze() for ep in live], stats
+    self.executor.close(list(range(len(self.live))))
+    return [ep.freeze() for ep in self.live], stats
 
-  def queue(ids):
-    """Submits the next turn of each episode in ids that still fits."""
-    for i in ids:
-      ep = live[i]
-      prompt = prompt_for(ep)
-      if prompt is None:
-        ep.done, ep.truncated = True, True
-        continue
-      prompts_of[i] = prompt
-      sampler.submit(i, list(prompt[0]), seed, len(ep.turns))
 
-  def rounds():
-    """The slots path. Deterministic in its order, so every process (and a
-    resumed run) makes the same calls: the turns that end in round r are
-    stepped in the worker while round r + 1 decodes, and their next turns
-    are queued after it."""
-    rows0, made0 = sampler.decode_row_steps, sampler.tokens_generated
-    everyone = list(range(len(live)))
-    half = everyone[: (len(everyone) + 1) // 2]
-    pending = []  # (future, apply(result)), in the order submitted
-    last_line = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
-      # The second half's environments start while the first half decodes.
-      results, seconds = reset(half)
-      stats.sandbox_s += seconds
-      apply_reset(half, results)
-      queue([i for i in half if not live[i].done])
-      rest = everyone[len(half) :]
-      if rest:
+def run_episodes(
+    specs: Sequence[EpisodeSpec],
+    sampler: TurnServer | TokenSampler,
+    executor: StepExecutor,
+    render: Callable[[list[dict[str, str]]], list[int]],
+    *,
+    max_turns: int,
+    max_context: int,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+    extend: Callable[[list, str, list], list[int] | None] | None = None,
+    stop_ids: Sequence[int] = (),
+    prompt_style: str = "reference",
+    action_rule: str = "parse",
+    unfinished_reply: str = "end",
+    hinted_unfinished_reply: str = "step",
+    full_context: str = "end",
+    mask_malformed_tool_calls: bool = False,
+) -> tuple[list[episodes_lib.Episode], RolloutStats]:
+  """Plays all episodes to the end (termination, truncation or `max_turns`).
 
-        def started(out, rest=rest):
-          apply_reset(rest, out)
-          queue([i for i in rest if not live[i].done])
+  A turn is one agent reply, as the reference counts them. A reply to a
+  tool-use environment that holds `<tool_call>`s (and no `<answer>`) runs
+  every call through the environment's `execute_tool` and shows the results
+  as `tool` messages, without a `step()` (so the environment's own turn
+  limit is not spent on them); any other reply is the action for `step()`.
+  A `step()` that raises ends the episode with reward -1 (the reference's
+  outcome); a crash, timeout or lost sandbox marks the episode
+  `env_failed`, and it is masked out of scoring and the update.
 
-        pending.append((worker.submit(reset, rest), started))
-      while sampler.busy or pending:
-        ended = []
-        if sampler.busy:
-          start = time.perf_counter()
-          ended = sampler.step()
-          stats.sampling_s += time.perf_counter() - start
-        for future, then in pending:
-          out, seconds = future.result()
-          stats.sandbox_s += seconds
-          then(out)
-        pending = []
-        if ended:
-          ids = [int(key) for key, _, _, _ in ended]
-          outs = [(tok, lp, text) for _, tok, lp, text in ended]
-          stats.tokens_sampled += sum(len(o[0]) for o in outs)
-          prompts = [prompts_of.pop(i) for i in ids]
+  The reference's episode rules (`spade/core/orchestrator.py`,
+  `_play_game_async`) by default: `step()` receives `actions.step_action`
+  of the reply (`\\boxed{...}` for a game); a reply that ends without a
+  stop id (it hit its token limit) ends the episode, truncated, with no
+  step; a later turn whose prompt no longer fits `max_context` ends the
+  episode, truncated (the reference stops with under 64 tokens left). The
+  first prompt is still shortened to fit (`prompts.truncate_messages`):
+  validation refuses what no context can show.
 
-          def stepped(out, ids=ids, prompts=prompts, outs=outs):
-            apply(ids, prompts, outs, out)
-            queue([i for i in ids if not live[i].done])
+  The loop, deterministic in its order so every process (and a resumed
+  run) makes the same calls: the first half of the episodes is reset and
+  queued while the second half's environments start in a worker thread;
+  then each round, `sampler.step()` decodes while the worker steps the
+  turns that ended in the round before, and their next turns are queued
+  after it. No episode waits for another's long reply.
 
-          pending.append((worker.submit(execute, ids, outs), stepped))
-        now = time.perf_counter()
-        if progress is not None and now - last_line >= 10.0:
-          last_line = now
-          progress(
-              f"{sum(not e.done for e in live)} episodes still live,"
-              f" {sum(len(e.turns) for e in live)} turns played"
-          )
-    stats.decode_row_steps += sampler.decode_row_steps - rows0
-    stats.tokens_generated += sampler.tokens_generated - made0
+  Args:
+    specs: the episodes to play.
+    sampler: the agent role's sampling: a `TurnServer` (the slot engine,
+      `spade.sampling.slot_server.TextServer`: each episode's turns are
+      requests of their own), or a batched `TokenSampler` (an evaluation
+      responder, a scripted sampler), served through `BatchedTurns`.
+    executor: runs reset/step/execute_tool in the sandboxes.
+    render: chat messages -> prompt token ids (the tokenizer's chat format).
+    max_turns: T, the limit on replies.
+    max_context: the prompt token budget (`prompts.prompt_budget`): every
+      prompt is cut by `prompts.truncate_messages` to it, and the sampler
+      and trainer use the ids as they are.
+    seed: base sampling seed: turn t of episode i is drawn from (seed, i, t)
+      alone (`TurnServer.submit`).
+    progress: optional callback for a log line every ~10 s.
+    extend: optional `extend(messages, reply, messages_after) -> ids`: the
+      tokens the chat format puts after a reply to reach the next prompt
+      (None when it cannot tell). Given it, an episode is played as one
+      growing token sequence, each prompt the previous one plus the sampled
+      reply plus these ids, so the whole episode trains as one row; an
+      episode whose sequence outgrows `max_context` falls back to rendered,
+      truncated prompts (and per-turn rows).
+    stop_ids: the sampler's stop ids (a reply's closing stop id and the chat
+      format's turn end are one token, not two).
+    prompt_style: `config.agent.prompt_style`.
+    action_rule: `config.agent.action`: "parse" (the reference) or "raw".
+    unfinished_reply: `config.agent.unfinished_reply`: "end" (the
+      reference: a reply whose last token is not in `stop_ids` ends the
+      episode without a step) or "step" (ours). With no `stop_ids`
+      (a sampler that cannot say) every reply counts as finished.
+    hinted_unfinished_reply: `config.agent.hinted_unfinished_reply`, the
+      same rule for the hinted arm: "step" (the reference's hinted plays,
+      `_play_game_with_hint_async`, never look at EOS) or "end".
+    full_context: `config.agent.full_context`: "end" (the reference) or
+      "drop_oldest" (ours: `prompts.truncate_messages` drops the
+      oldest exchanges and the episode goes on).
+    mask_malformed_tool_calls: `config.agent.mask_malformed_tool_calls`:
+      a reply to a tool-use environment that opens a `<tool_call>` the
+      parser cannot read (`malformed_tool_call`) is still stepped, but its
+      tokens carry no loss (`Turn.trained` False) and the observation ends
+      with `MALFORMED_TOOL_CALL_NOTE` (the reference's
+      SPADE_MASK_MALFORMED_TOOLCALL=1; off, it trains like any reply).
 
-  if isinstance(sampler, TurnServer):
-    prompts_of: dict[int, tuple[list[int], bool]] = {}
-    rounds()
-    return finish()
-
-  # Fixed groups, each advancing turn by turn on its own: group g's sandbox
-  # calls run in the worker while the other groups sample.
+  Returns:
+    The frozen episodes (same order as specs) and the time spent.
+  """
+  play = _Rollout(
+      specs,
+      executor,
+      render,
+      max_turns=max_turns,
+      max_context=max_context,
+      extend=extend,
+      stop_ids=stop_ids,
+      prompt_style=prompt_style,
+      action_rule=action_rule,
+      unfinished_reply=unfinished_reply,
+      hinted_unfinished_reply=hinted_unfinished_reply,
+      full_context=full_context,
+      mask_malformed_tool_calls=mask_malformed_tool_calls,
+  )
+  server = sampler if isinstance(sampler, TurnServer) else BatchedTurns(sampler)
+  stats, live = play.stats, play.live
+  t0 = last_line = time.perf_counter()
+  rows0, made0 = server.decode_row_steps, server.tokens_generated
   everyone = list(range(len(live)))
-  k = num_groups(len(live), rows_per_call, overlap)
-  groups = [everyone[g::k] for g in range(k)]
-  pending: list[Any] = [None] * len(groups)
+  half = everyone[: (len(everyone) + 1) // 2]
+  rest = everyone[len(half) :]
+
+  def started(ids, results):
+    play.apply_reset(ids, results)
+    play.queue(server, seed, ids)
+
+  def stepped(ids, prompts, outs, results):
+    play.apply(ids, prompts, outs, results)
+    play.queue(server, seed, ids)
+
+  pending = []  # (future, what to do with its result), in the order submitted
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
-    # Every group's environments start in the worker, in order, so group
-    # g + 1's resets run while group g samples its first turn.
-    resets = [worker.submit(reset, members) for members in groups]
-    for turn in range(max_turns + 1):
-      for g, members in enumerate(groups):
-        if turn == 0:
-          results, seconds = resets[g].result()
-          stats.sandbox_s += seconds
-          apply_reset(members, results)
-        if pending[g] is not None:
-          ids, prompts, outs, future = pending[g]
-          results, seconds = future.result()
-          stats.sandbox_s += seconds
-          apply(ids, prompts, outs, results)
-          pending[g] = None
-        ids = [i for i in members if not live[i].done]
-        if ids and turn < max_turns:
-          prompts, outs = sample(ids, turn, g)
-          if ids:
-            pending[g] = (ids, prompts, outs, worker.submit(execute, ids, outs))
-      if progress is not None and turn < max_turns:
-        progress(
-            f"turn {turn + 1}/{max_turns}: "
-            f"{sum(not e.done for e in live)} episodes still live"
+    results, seconds = play.reset(half)
+    stats.sandbox_s += seconds
+    started(half, results)
+    if rest:
+      # The second half's environments start while the first half decodes.
+      pending.append(
+          (worker.submit(play.reset, rest), functools.partial(started, rest))
+      )
+    while server.busy or pending:
+      ended = []
+      if server.busy:
+        start = time.perf_counter()
+        ended = server.step()
+        stats.sampling_s += time.perf_counter() - start
+      for future, then in pending:
+        out, seconds = future.result()
+        stats.sandbox_s += seconds
+        then(out)
+      pending = []
+      if ended:
+        ids = [int(key) for key, _, _, _ in ended]
+        outs = [(tok, lp, text) for _, tok, lp, text in ended]
+        stats.tokens_sampled += sum(len(o[0]) for o in outs)
+        prompts = [play.prompts.pop(i) for i in ids]
+        pending.append(
+            (
+                worker.submit(play.execute, ids, outs),
+                functools.partial(stepped, ids, prompts, outs),
+            )
         )
-  return finish()
+      now = time.perf_counter()
+      if progress is not None and now - last_line >= 10.0:
+        last_line = now
+        progress(
+            f"{sum(not e.done for e in live)} episodes still live,"
+            f" {sum(len(e.turns) for e in live)} turns played"
+        )
+  stats.decode_row_steps += server.decode_row_steps - rows0
+  stats.tokens_generated += server.tokens_generated - made0
+  return play.finish(time.perf_counter() - t0)

@@ -108,7 +108,6 @@ class SeedHeldoutSuite:
         max_turns=self.max_turns,
         max_context=int(getattr(responder, "max_prompt_tokens", 1 << 30)),
         seed=self.seed,
-        overlap=False,
         prompt_style=self.prompt_style,
     )
     results = []

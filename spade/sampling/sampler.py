@@ -61,7 +61,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade import console
-from spade import config as config_lib
 from spade.model import sharding
 from spade.sampling import shapes
 
@@ -141,7 +140,7 @@ def left_pad(
   return out, lengths
 
 
-def _row_axes(init_cache, length: int):
+def row_axes(init_cache, length: int):
   """Per cache leaf: (the axis holding the rows, entries per row), or None.
 
   Model-agnostic: the axis is the one that grows from a batch of one to a
@@ -181,7 +180,7 @@ def _take_rows(cache, rows: Array, axes):
   return jax.tree.map(take, cache, axes)
 
 
-def _slot_axes(init_cache, length: int):
+def slot_axes(init_cache, length: int):
   """Per cache leaf: the axis holding the time slots, or None (a leaf
   whose size does not follow the length, e.g. a sliding window's ring)."""
   one = jax.eval_shape(lambda: init_cache(1, length))
@@ -189,7 +188,7 @@ def _slot_axes(init_cache, length: int):
   return jax.tree.map(_grown_axis, one, two)
 
 
-def _carried(old, new, rows: Array, slots: Array, row_axes, slot_axes):
+def _carried(old, new, rows: Array, slots: Array, row_specs, slot_specs):
   """`new` with slots [0, C) of each row r holding row rows[r]'s entries at
   slots[r] of `old` (slots -1: empty, position -1, never attended)."""
   c = slots.shape[1]
@@ -218,7 +217,7 @@ def _carried(old, new, rows: Array, slots: Array, row_axes, slot_axes):
         x_new, y.astype(x_new.dtype), 0, axis=t - 1
     )
 
-  return jax.tree.map(put, old, new, row_axes, slot_axes)
+  return jax.tree.map(put, old, new, row_specs, slot_specs)
 
 
 def _report(generated, live, rows) -> None:
@@ -328,8 +327,8 @@ class Sampler:
     mesh: optional mesh; with it, inputs are batch-sharded and the model's
       logical constraints are active (params should come from
       `spade.model.sharding.shard_params`).
-    rules: the logical axis rules used with `mesh`; empty means the default
-      `config.mesh.rules` of `spade.config.base_config()`.
+    rules: the logical axis rules used with `mesh` (`config.mesh.rules`;
+      needed with a mesh).
     prefill_chunk: prompt columns written per prefill step (0 = all at
       once): memory for attention scores grows with it, not with the prompt
       (32 designer prompts of 2,688 tokens at once asked for 30 GB).
@@ -350,6 +349,12 @@ class Sampler:
   rules: tuple[Any, ...] = ()
   prefill_chunk: int = 512
   report_every: int = 0
+
+  def __post_init__(self):
+    if self.mesh is not None and not self.rules:
+      raise ValueError(
+          "a mesh needs its logical axis rules: pass rules=config.mesh.rules"
+      )
 
   @functools.cached_property
   def _compiled(self):
@@ -372,7 +377,7 @@ class Sampler:
     """Whether a call can start from a `Carry`: every cache leaf has a slot
     axis that follows the length (no sliding window's ring buffer)."""
     axes = jax.tree.leaves(
-        _slot_axes(self.init_cache, _LONG), is_leaf=lambda x: x is None
+        slot_axes(self.init_cache, _LONG), is_leaf=lambda x: x is None
     )
     return all(a is not None for a in axes)
 
@@ -492,7 +497,7 @@ class Sampler:
     if self.mesh is None:
       out = self._compiled(*args, **static)
     else:
-      rules = self.rules or config_lib.base_config().mesh.rules
+      rules = self.rules
       rows = sharding.logical_sharding(self.mesh, rules, "batch")
       grid = sharding.batch_sharding(self.mesh, rules, 2)
       if b % shards:
@@ -697,7 +702,7 @@ class Sampler:
     if carried is not None:
       shared = carried[2].shape[1]  # the carried slots come first
     size = shared + length + max_new_tokens
-    axes = _row_axes(self.init_cache, size)
+    axes = row_axes(self.init_cache, size)
     # The rows to prefill: every row, or the distinct ones (`_unique_rows`).
     todo, todo_lengths, todo_base = prompts, prompt_lengths, base
     if unique is not None:
@@ -712,7 +717,7 @@ class Sampler:
       old, rows, slots = carried
       cache = _carried(
           old, self.init_cache(u, size), rows, slots,
-          _row_axes(self.init_cache, 8), _slot_axes(self.init_cache, _LONG),
+          row_axes(self.init_cache, 8), slot_axes(self.init_cache, _LONG),
       )  # fmt: skip
     elif shared:
       # The common prefix once (a row per batch shard); its cache copied to

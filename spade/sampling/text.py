@@ -70,6 +70,33 @@ class Completion:
   finished: bool
 
 
+def prompt_room(
+    prompts: Sequence[Sequence[int]], max_new_tokens: int, max_len: int
+) -> int:
+  """The prompt tokens a reply of `max_new_tokens` leaves in `max_len`.
+
+  The one prompt-room rule of every sampling front end (`TextGenerator`,
+  `spade.selfplay.engine.Engine.sample` through the slot engine): nothing
+  is cut here, so the trainer later scores a completion in exactly its
+  sampled context.
+
+  Raises:
+    ValueError: a prompt is empty or longer than that room.
+  """
+  room = max_len - max_new_tokens
+  longest = max((len(p) for p in prompts), default=0)
+  if room < 1 or longest > room:
+    raise ValueError(
+        f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
+        f" tokens in config.model.max_len={max_len}: cut chat prompts with"
+        " spade.agent.prompts.truncate_messages to the role's prompt budget"
+        " first, or lower max_new_tokens"
+    )
+  if any(not p for p in prompts):
+    raise ValueError("an empty prompt: give at least one token per prompt")
+  return room
+
+
 # Compiled samplers shared by every TextGenerator of the process.
 _SAMPLERS: dict[tuple, sampler_lib.Sampler] = {}
 
@@ -90,7 +117,7 @@ class Session:
   starts with what that key's row holds (its prompt and every sampled token
   but the last) prefills only the tokens after it, its keys and values
   carried over (`sampler.Carry`). The caches of the last `max_calls` calls
-  are kept (two: the rollout's two alternating groups of episodes).
+  are kept (e.g. two alternating groups of episodes).
   """
 
   def __init__(self, max_calls: int = 2):
@@ -235,18 +262,9 @@ class TextGenerator:
     """
     if not prompts:
       return []
-    room = self.model_config.max_len - max_new_tokens
     prompts = [[int(t) for t in p] for p in prompts]
+    room = prompt_room(prompts, max_new_tokens, self.model_config.max_len)
     longest = max(len(p) for p in prompts)
-    if room < 1 or longest > room:
-      raise ValueError(
-          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
-          f" tokens in config.model.max_len={self.model_config.max_len}: cut"
-          " chat prompts with spade.agent.prompts.truncate_messages to the"
-          " role's prompt budget first, or lower max_new_tokens"
-      )
-    if any(not p for p in prompts):
-      raise ValueError("an empty prompt: give at least one token per prompt")
     n = len(prompts)
     batch = rows if rows >= n else shapes.bucket(n)
     batch = shapes.round_up(max(batch, self.batch_shards), self.batch_shards)

@@ -5,8 +5,7 @@ mesh and offers the host loop a few calls (the sandbox side, validation and
 environment calls, is `spade.selfplay.executor.Executor`):
 
   render(messages)          chat messages -> prompt token ids
-  sample(prompts, role,..)  batched sampling -> [(ids, logprobs, text)]
-  agent_sampler(...)        the same, bound for the lock-step rollout
+  sample(prompts, role,..)  a batch of prompts -> [(ids, logprobs, text)]
   agent_server(...)         the slot engine's server for the agent head
   extend(messages, ...)     the ids between a reply and the next prompt
   prompt_budget(role)       the one prompt-length rule per role
@@ -15,11 +14,10 @@ environment calls, is `spade.selfplay.executor.Executor`):
 
 Sampling runs as one SPMD program over the global mesh: every process builds
 the same global prompt batch (the programs and histories are identical on all
-processes), the sampler's outputs are gathered back to every host. With
-`config.sampling.engine = "slots"` (the default) it runs through the slot
-engine (`spade.sampling.slots`): the rollout's episodes as requests of their
-own (`agent_server`), and `sample`'s prompts (the designer's programs, the
-hint writer) as a queue of requests; "lockstep" keeps the batched sampler.
+processes), the sampler's outputs are gathered back to every host. It runs
+through the slot engine (`spade.sampling.slot_server`): the rollout's
+episodes as requests of their own (`agent_server`), and `sample`'s prompts
+(the designer's programs, the hint writer) as a queue of requests.
 """
 
 from __future__ import annotations
@@ -41,7 +39,8 @@ from spade.model import sharding
 from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import shapes
-from spade.sampling import slots
+from spade.sampling import slot_engine
+from spade.sampling import slot_server
 from spade.sampling import text
 from spade.selfplay import batching
 from spade.train import state as state_lib
@@ -83,75 +82,6 @@ class PromptRenderer:
 
   def prompt_budget(self, role: str) -> int:
     return prompt_budget(self.config, role)
-
-
-class TextServer:
-  """A slot `Server` behind the tokenizer: the rollout's `TurnServer`.
-
-  Turn t of episode i is drawn with `fold_in(fold_in(key(seed), i), t)`, so
-  its tokens depend on neither its slot nor the other episodes. Without
-  `carry` each turn is a request of its own name and prefills its whole
-  history (`config.agent.carry_cache=False`).
-  """
-
-  def __init__(
-      self,
-      server: slots.Server,
-      tokenizer: text.TokenizerLike,
-      max_new_tokens: int,
-      carry: bool = True,
-  ):
-    self.server = server
-    self.max_new_tokens = max_new_tokens
-    self.carry = carry
-    self._decode = tokenizer.decode
-    self._stops = frozenset(int(i) for i in tokenizer.stop_ids)
-
-  @property
-  def decode_row_steps(self) -> int:
-    return self.server.decode_row_steps
-
-  @property
-  def tokens_generated(self) -> int:
-    return self.server.tokens_generated
-
-  @property
-  def busy(self) -> bool:
-    return bool(self.server.queue) or self.server.live > 0
-
-  def submit(self, key: int, prompt: list[int], seed: int, turn: int) -> None:
-    rng = jax.random.fold_in(
-        jax.random.fold_in(jax.random.key(seed), key), turn
-    )
-    name = key if self.carry else (key, turn)
-    self.server.submit(
-        slots.Request(name, list(prompt), self.max_new_tokens, rng)
-    )
-
-  def step(self) -> list[tuple[Any, list[int], list[float], str]]:
-    out = []
-    for r in self.server.step():
-      ids = r.tokens.tolist()
-      # A stop id, when hit, stays in the ids and logprobs, not in the text.
-      shown = ids[:-1] if r.finished and ids and ids[-1] in self._stops else ids
-      key = r.request.key if self.carry else r.request.key[0]
-      out.append((key, ids, r.logprobs.tolist(), self._decode(shown)))
-    return out
-
-
-class _LockstepSampler:
-  """The lock-step `TokenSampler` of `Engine.agent_sampler`; `rows(n)` is
-  the batch a call of n prompts runs (`TextGenerator.sample`'s padding)."""
-
-  def __init__(self, sample, shards: int):
-    self._sample = sample
-    self._shards = shards
-
-  def __call__(self, prompts, seed, keys=None):
-    return self._sample(prompts, seed, keys)
-
-  def rows(self, n: int) -> int:
-    return shapes.round_up(max(shapes.bucket(n), self._shards), self._shards)
 
 
 class Engine:
@@ -196,7 +126,7 @@ class Engine:
         rules=self.rules,
         prefill_chunk=config.sampling.prefill_chunk,
     )
-    self._slot_engines: dict[tuple[Any, ...], slots.Engine] = {}
+    self._slot_engines: dict[tuple[Any, ...], slot_engine.SlotEngine] = {}
 
   # -- the parameters' two layouts -------------------------------------------
 
@@ -280,8 +210,6 @@ class Engine:
       seed: int,
       top_k: int = 0,
       top_p: float = 1.0,
-      session: text.Session | None = None,
-      keys: Sequence[Any] | None = None,
       progress: str | None = None,
   ) -> list[tuple[list[int], list[float], str]]:
     """Samples a completion for every prompt (same result on every process).
@@ -290,91 +218,16 @@ class Engine:
     mass) are the calling role's (`designer.*`, `designer.hint_*`,
     `agent.*`): the reference samples each role with its own settings.
 
-    Through the one front end, `spade.sampling.text.TextGenerator`: a prompt
-    must already fit `model.max_len - max_new_tokens` (the callers cut them
-    with `prompt_budget`'s rule); one that does not is an error, never cut
-    here, so the trainer later scores a completion in exactly its sampled
-    context. `progress` names the call for its live line (`TextGenerator`).
+    Through the slot engine, prompt i drawn with `fold_in(key(seed), i)`. A
+    prompt must already fit `model.max_len - max_new_tokens` (the callers
+    cut them with `prompt_budget`'s rule, `text.prompt_room`); one that does
+    not is an error, never cut here, so the trainer later scores a
+    completion in exactly its sampled context. `progress` names the call
+    for its live line.
     """
-    c = self.config
-    if c.sampling.engine == "slots" and session is None and prompts:
-      return self._sample_slots(
-          prompts, role, max_new_tokens, (temperature, top_k, top_p), seed,
-          progress,
-      )  # fmt: skip
-    out = self.generator.sample(
-        self.decode_params(),
-        prompts,
-        role=transformer.Role.of(role),
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        rng=jax.random.PRNGKey(seed),
-        top_k=top_k,
-        top_p=top_p,
-        session=session,
-        keys=keys,
-        progress=progress,
-    )
-    return [(o.token_ids, o.logprobs, o.text) for o in out]
-
-  def slot_engine(
-      self,
-      role: str,
-      temperature: float,
-      num_slots: int = 0,
-      top_k: int = 0,
-      top_p: float = 1.0,
-      cache_length: int = 0,
-  ) -> slots.Engine:
-    """The slot engine of one role and sampling rule (compiled once per run
-    and size): `num_slots` (default `config.sampling.slots`) decode slots of
-    a `cache_length` cache (default `model.max_len`), each size rounded up
-    to a multiple of the mesh's batch shards."""
-    c = self.config
-    shards = self.generator.batch_shards
-    num_slots = shapes.round_up(num_slots or c.sampling.slots, shards)
-    cache_length = min(cache_length or c.model.max_len, c.model.max_len)
-    name = (role, float(temperature), num_slots, int(top_k), float(top_p))
-    name += (cache_length,)
-    if name not in self._slot_engines:
-      fns = transformer.sampling_fns(
-          self.generator.model_config, transformer.Role.of(role)
-      )
-      self._slot_engines[name] = slots.Engine(
-          fns.tokens_to_logits,
-          fns.init_cache,
-          fns.prepare_params,
-          pad_id=int(self.tokenizer.pad_id),
-          stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
-          slots=num_slots,
-          cache_length=cache_length,
-          prefill_chunk=c.sampling.prefill_chunk,
-          prefill_rows=shapes.round_up(
-              min(c.sampling.prefill_rows, num_slots), shards
-          ),
-          decode_steps=c.sampling.decode_steps,
-          min_rows=c.sampling.min_rows,
-          temperature=float(temperature),
-          top_k=int(top_k),
-          top_p=float(top_p),
-          mesh=self.mesh,
-          rules=self.rules,
-      )
-    return self._slot_engines[name]
-
-  def _sample_slots(self, prompts, role, max_new_tokens, draw, seed, progress):  # fmt: skip
-    """`sample` through the slot engine: prompt i drawn with
-    `fold_in(key(seed), i)`; `draw` is (temperature, top_k, top_p)."""
-    temperature, top_k, top_p = draw
-    room = self.config.model.max_len - max_new_tokens
-    longest = max(len(p) for p in prompts)
-    if room < 1 or longest > room:
-      raise ValueError(
-          f"a {longest}-token prompt leaves no room for {max_new_tokens} new"
-          f" tokens in config.model.max_len={self.config.model.max_len}: cut"
-          " prompts to the role's prompt budget first, or lower"
-          " max_new_tokens"
-      )
+    if not prompts:
+      return []
+    text.prompt_room(prompts, max_new_tokens, self.config.model.max_len)
     # A one-shot call (designs, hints) has no queue to refill slots from:
     # its slots are its prompts (a power of two, at most sampling.slots), so
     # a step does not decode empty slots.
@@ -385,8 +238,10 @@ class Engine:
         top_k,
         top_p,
     )
-    server = TextServer(
-        engine.start(self.decode_params()), self.tokenizer, max_new_tokens
+    server = slot_server.TextServer(
+        slot_server.SlotServer(engine, self.decode_params()),
+        self.tokenizer,
+        max_new_tokens,
     )
     for i, p in enumerate(prompts):
       server.submit(i, [int(t) for t in p], seed, 0)
@@ -411,6 +266,51 @@ class Engine:
     ticker.close(server.tokens_generated, f", {len(prompts)} rows")
     return out
 
+  def slot_engine(
+      self,
+      role: str,
+      temperature: float,
+      num_slots: int = 0,
+      top_k: int = 0,
+      top_p: float = 1.0,
+      cache_length: int = 0,
+  ) -> slot_engine.SlotEngine:
+    """The slot engine of one role and sampling rule (compiled once per run
+    and size): `num_slots` (default `config.sampling.slots`) decode slots of
+    a `cache_length` cache (default `model.max_len`), each size rounded up
+    to a multiple of the mesh's batch shards."""
+    c = self.config
+    shards = self.generator.batch_shards
+    num_slots = shapes.round_up(num_slots or c.sampling.slots, shards)
+    cache_length = min(cache_length or c.model.max_len, c.model.max_len)
+    name = (role, float(temperature), num_slots, int(top_k), float(top_p))
+    name += (cache_length,)
+    if name not in self._slot_engines:
+      fns = transformer.sampling_fns(
+          self.generator.model_config, transformer.Role.of(role)
+      )
+      self._slot_engines[name] = slot_engine.SlotEngine(
+          fns.tokens_to_logits,
+          fns.init_cache,
+          fns.prepare_params,
+          pad_id=int(self.tokenizer.pad_id),
+          stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
+          slots=num_slots,
+          cache_length=cache_length,
+          prefill_chunk=c.sampling.prefill_chunk,
+          prefill_rows=shapes.round_up(
+              min(c.sampling.prefill_rows, num_slots), shards
+          ),
+          decode_steps=c.sampling.decode_steps,
+          min_rows=c.sampling.min_rows,
+          temperature=float(temperature),
+          top_k=int(top_k),
+          top_p=float(top_p),
+          mesh=self.mesh,
+          rules=self.rules,
+      )
+    return self._slot_engines[name]
+
   def prefill_counts(self) -> tuple[int, int, int]:
     """Prompt tokens sampled so far: (a row-by-row prefill's, saved, carried
     from an episode's last turn)."""
@@ -421,42 +321,6 @@ class Engine:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""
     return prompt_budget(self.config, role)
 
-  def agent_sampler(
-      self,
-      *,
-      max_new_tokens: int,
-      temperature: float,
-      top_k: int = 0,
-      top_p: float = 1.0,
-      groups: int = 2,
-      progress: str | None = None,
-  ):
-    """The rollout engine's `TokenSampler` for the agent head: each turn of
-    an episode (its key) continues the cache of its last turn
-    (`config.agent.carry_cache`), the last caches of `groups` calls kept
-    (one per group of episodes, `rollout.num_groups`)."""
-    session = None
-    if self.config.agent.carry_cache:
-      session = text.Session(max_calls=max(groups, 1))
-
-    def sample(prompts, seed, keys=None):
-      out = self.generator.sample(
-          self.decode_params(),
-          prompts,
-          role=transformer.Role.AGENT,
-          max_new_tokens=max_new_tokens,
-          temperature=temperature,
-          rng=jax.random.PRNGKey(seed),
-          top_k=top_k,
-          top_p=top_p,
-          session=session if keys is not None else None,
-          keys=keys,
-          progress=progress,
-      )
-      return [(o.token_ids, o.logprobs, o.text) for o in out]
-
-    return _LockstepSampler(sample, self.generator.batch_shards)
-
   def agent_server(
       self,
       *,
@@ -464,7 +328,7 @@ class Engine:
       temperature: float,
       top_k: int = 0,
       top_p: float = 1.0,
-  ) -> TextServer:
+  ) -> slot_server.TextServer:
     """The rollout engine's `TurnServer` for the agent head: a fresh slot
     server over the current params (`slot_engine`); an episode's turn
     continues its slot's cache while the slot still holds its history
@@ -483,8 +347,8 @@ class Engine:
             reach, c.sampling.prefill_chunk or c.model.max_len
         ),
     )  # fmt: skip
-    return TextServer(
-        engine.start(self.decode_params()),
+    return slot_server.TextServer(
+        slot_server.SlotServer(engine, self.decode_params()),
         self.tokenizer,
         max_new_tokens,
         carry=self.config.agent.carry_cache,

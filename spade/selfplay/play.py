@@ -4,8 +4,7 @@
 replays, the fixed pool or seed programs, or in adaptive mode a levelled
 family at each environment's level, `spade.selfplay.adaptive`); `play` runs
 K episodes without and, at regeneration, K with the hint per environment,
-each an independent request to the slot engine (or, with
-`sampling.engine="lockstep"`, in lock-step groups; `spade.agent.rollout`);
+each an independent request to the slot engine (`spade.agent.rollout`);
 episode k of either arm resets with the same seed. An unhinted play whose
 environment failed (not by hanging) is played again
 (`agent.retry_failed_plays`); a program whose play hung is left out for the
@@ -235,25 +234,14 @@ def play(
         it + 1,
         len(envs) - len(playable),
     )
-  rows_per_call = c.agent.rows_per_call
 
   def run(specs, seed):
-    if c.sampling.engine == "slots":
-      sampler = engine.agent_server(
-          max_new_tokens=c.agent.max_new_tokens,
-          temperature=c.agent.temperature,
-          top_k=c.agent.top_k,
-          top_p=c.agent.top_p,
-      )
-    else:
-      sampler = engine.agent_sampler(
-          max_new_tokens=c.agent.max_new_tokens,
-          temperature=c.agent.temperature,
-          top_k=c.agent.top_k,
-          top_p=c.agent.top_p,
-          groups=rollout.num_groups(len(specs), rows_per_call, True),
-          progress=f"iteration {it + 1}: agent sampling",
-      )
+    sampler = engine.agent_server(
+        max_new_tokens=c.agent.max_new_tokens,
+        temperature=c.agent.temperature,
+        top_k=c.agent.top_k,
+        top_p=c.agent.top_p,
+    )
     return rollout.run_episodes(
         specs,
         sampler,
@@ -262,8 +250,6 @@ def play(
         max_turns=c.agent.max_turns,
         max_context=engine.prompt_budget("agent"),
         seed=seed,
-        overlap=True,
-        rows_per_call=rows_per_call,
         prompt_style=c.agent.prompt_style,
         progress=lambda line: console.say("iteration %d: %s", it + 1, line),
         extend=engine.extend if c.agent.episode_rows else None,

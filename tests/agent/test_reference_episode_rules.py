@@ -71,7 +71,7 @@ def _play(sampler, executor, hint=None, **kw):
   kw.setdefault("max_context", 10_000)
   episodes, _ = rollout.run_episodes(
       [spec], sampler, executor, render, max_turns=4, seed=0,
-      stop_ids=(EOS,), overlap=False, **kw,
+      stop_ids=(EOS,), **kw,
   )  # fmt: skip
   return episodes[0]
 

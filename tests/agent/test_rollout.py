@@ -115,8 +115,8 @@ def test_hint_makes_the_difference():
 
 
 def test_each_prompt_is_keyed_by_its_episode():
-  """The sampler learns which episode each prompt is (so it can keep an
-  episode's cache between turns): the live episodes of each half."""
+  """A batched sampler learns which episode each prompt is: each call
+  answers the live episodes of one half, the halves in turn."""
   specs = []
   for s in range(2):
     specs.append(rollout.EpisodeSpec(0, "src", s, None, s))
@@ -131,9 +131,9 @@ def test_each_prompt_is_keyed_by_its_episode():
       specs, sampler, FakeExecutor(), render, max_turns=6,
       max_context=10_000, seed=0,
   )  # fmt: skip
-  assert calls[:2] == [[0, 2], [1, 3]]  # turn 1, one call per half
+  assert calls[:2] == [[0, 1], [2, 3]]  # turn 1, one call per half
   for keys in calls:
-    assert keys in ([0, 2], [1, 3], [0], [2], [1], [3])
+    assert keys in ([0, 1], [2, 3], [0], [2], [1], [3])
   # An episode is sampled once per turn it played, under its own key.
   for i, ep in enumerate(episodes):
     assert sum(keys.count(i) for keys in calls) == len(ep.turns)
@@ -197,15 +197,14 @@ def test_sandbox_time_hides_behind_sampling():
       max_turns=4,
       max_context=1000,
       seed=0,
-      overlap=True,
   )
-  # Two groups: each group's 0.04 s reset or step runs during the other's
-  # 0.05 s sampling (all but group 0's resets and the last step), so most
-  # sandbox time is hidden.
+  # Two halves: each half's 0.04 s reset or step runs during the other's
+  # 0.05 s sampling (all but the first half's resets and the last step), so
+  # most sandbox time is hidden.
   assert stats.sandbox_hidden_s > 0.5 * stats.sandbox_s
 
 
-def test_rows_per_call_caps_every_sampler_call():
+def test_a_batched_sampler_gets_a_fresh_seed_every_call():
   calls = []
 
   def counting(prompts_ids, seed, keys=None):
@@ -213,7 +212,7 @@ def test_rows_per_call_caps_every_sampler_call():
     return hinted_sampler(prompts_ids, seed, keys)
 
   specs = [rollout.EpisodeSpec(0, "src", s, "always +1", s) for s in range(10)]
-  episodes, _ = rollout.run_episodes(
+  episodes, stats = rollout.run_episodes(
       specs,
       counting,
       FakeExecutor(),
@@ -221,25 +220,18 @@ def test_rows_per_call_caps_every_sampler_call():
       max_turns=6,
       max_context=1000,
       seed=7,
-      overlap=True,
-      rows_per_call=3,
   )
-  # ceil(10 / 3) = 4 groups, interleaved: {0,4,8}, {1,5,9}, {2,6}, {3,7}.
-  assert rollout.num_groups(10, 3, True) == 4
-  assert rollout.group_rows(10, 3, True) == 3
-  assert max(len(k) for _, k in calls) == 3
-  first = [set(k) for _, k in calls[:4]]
-  assert first == [{0, 4, 8}, {1, 5, 9}, {2, 6}, {3, 7}]
-  # Turn t of group g samples with seed*1000 + 4*t + g: all distinct.
-  assert [s for s, _ in calls[:5]] == [7000, 7001, 7002, 7003, 7004]
-  assert len({s for s, _ in calls}) == len(calls)
+  # The halves {0..4} and {5..9} in turn, call n seeded 7000 + n.
+  assert [set(k) for _, k in calls[:2]] == [set(range(5)), set(range(5, 10))]
+  assert [s for s, _ in calls] == [7000 + n for n in range(len(calls))]
   # Every episode is played as it would be in one call.
   assert all(ep.terminated and ep.total_reward == 1.0 for ep in episodes)
-  # Without a cap, two groups (overlap) or one.
-  assert rollout.num_groups(10, 0, True) == 2
-  assert rollout.num_groups(10, 0, False) == 1
-  assert rollout.group_rows(768, 256, True) == 256
-  assert rollout.group_rows(768, 0, True) == 384
+  # A call counts its rows times its longest reply, as a lock-step batch.
+  assert (
+      stats.decode_row_steps
+      == stats.tokens_generated
+      == 3 * sum(len(ep.turns) for ep in episodes)
+  )
 
 
 def test_truncation_drops_oldest_turns_but_keeps_task_and_hint():

@@ -1,11 +1,14 @@
-"""The rollout through the slot engine plays what the lock-step path plays."""
+"""The rollout through the slot engine plays what the lock-step sampler
+plays."""
 
+import jax
 import pytest
 
 from configs import tiny
 from spade.agent import rollout
 from spade.environments import library
 from spade.environments import runtime
+from spade.model import transformer
 from spade.selfplay import engine as engine_lib
 
 
@@ -89,7 +92,7 @@ class FakeServer:
 
 
 def test_an_episode_does_not_wait_for_another_episodes_long_reply():
-  from tests.agent import test_rollout as lockstep  # pylint: disable=g-import-not-at-top
+  from tests.agent import test_rollout as batched  # pylint: disable=g-import-not-at-top
 
   specs = [
       rollout.EpisodeSpec(0, "src", s, hint, s)
@@ -99,14 +102,14 @@ def test_an_episode_does_not_wait_for_another_episodes_long_reply():
   # Episode 0's replies take 9 rounds, the others' one.
   server = FakeServer(lambda key, turn: 9 if key == 0 else 1)
   episodes, stats = rollout.run_episodes(
-      specs, server, lockstep.FakeExecutor(), lockstep.render, max_turns=6,
+      specs, server, batched.FakeExecutor(), batched.render, max_turns=6,
       max_context=10_000, seed=0,
   )  # fmt: skip
   want, _ = rollout.run_episodes(
-      specs, lockstep.hinted_sampler, lockstep.FakeExecutor(),
-      lockstep.render, max_turns=6, max_context=10_000, seed=0,
+      specs, batched.hinted_sampler, batched.FakeExecutor(),
+      batched.render, max_turns=6, max_context=10_000, seed=0,
   )  # fmt: skip
-  # The same episodes as lock-step: hints, turn limits, returns.
+  # The same episodes as a batched sampler: hints, turn limits, returns.
   for a, b in zip(want, episodes):
     assert [t.observation for t in a.turns] == [t.observation for t in b.turns]
     assert a.episode_return() == b.episode_return() and a.hint == b.hint
@@ -140,6 +143,24 @@ def engine():
   return engine_lib.Engine(config)
 
 
+def _lockstep(engine, **kw):
+  """The agent's lock-step sampler as a batched `TokenSampler`: the
+  oracle the slot engine's episodes are compared with."""
+
+  def sample(prompts, seed, keys=None):
+    del keys
+    out = engine.generator.sample(
+        engine.state.params,
+        prompts,
+        role=transformer.Role.AGENT,
+        rng=jax.random.PRNGKey(seed),
+        **kw,
+    )
+    return [(o.token_ids, o.logprobs, o.text) for o in out]
+
+  return sample
+
+
 def _play(engine, sampler, specs):
   return rollout.run_episodes(
       specs,
@@ -166,7 +187,7 @@ def test_an_episode_through_the_slots_sees_what_lockstep_sees(engine):
       for hint in (None, rollout.ENV_HINT)
   ]
   kw = dict(max_new_tokens=12, temperature=0.0)
-  lock, lock_stats = _play(engine, engine.agent_sampler(**kw), specs)
+  lock, lock_stats = _play(engine, _lockstep(engine, **kw), specs)
   server = engine.agent_server(**kw)
   slot, slot_stats = _play(engine, server, specs)
   assert len(slot) == len(lock) == len(specs)
@@ -204,10 +225,13 @@ def test_design_prompts_through_the_slots_sample_what_lockstep_samples(
              for i in range(3)]  # fmt: skip
   kw = dict(role="designer", max_new_tokens=10, temperature=0.0, seed=3)
   slot = engine.sample(prompts, **kw)
-  engine.config.sampling.engine = "lockstep"
-  try:
-    lock = engine.sample(prompts, **kw)
-  finally:
-    engine.config.sampling.engine = "slots"
-  assert [o[0] for o in slot] == [o[0] for o in lock]
-  assert [o[2] for o in slot] == [o[2] for o in lock]
+  lock = engine.generator.sample(
+      engine.state.params,
+      prompts,
+      role=transformer.Role.DESIGNER,
+      max_new_tokens=10,
+      temperature=0.0,
+      rng=jax.random.PRNGKey(3),
+  )
+  assert [o[0] for o in slot] == [o.token_ids for o in lock]
+  assert [o[2] for o in slot] == [o.text for o in lock]

@@ -69,7 +69,6 @@ def play(mask, exact):
       max_context=10_000,
       seed=0,
       stop_ids=(EOS,),
-      overlap=False,
       extend=(lambda before, reply, after: [1, 2]) if exact else None,
       mask_malformed_tool_calls=mask,
   )

@@ -101,7 +101,7 @@ class Policy:
   def prefill_counts(self):
     return 0, 0, 0
 
-  def agent_sampler(self, **kwargs):
+  def agent_server(self, **kwargs):
     del kwargs
 
     def sample(prompts, seed, keys=None):
@@ -114,7 +114,7 @@ class Policy:
         out.append(([1, 2], [-0.5, -0.5], reply))
       return out
 
-    return sample
+    return rollout.BatchedTurns(sample)
 
   def update(self, agent_rows, designer_rows, samples=0):
     del samples
@@ -125,7 +125,6 @@ class Policy:
 def _config(**overrides):
   c = config_lib.base_config()
   c.grounding.enabled = False
-  c.sampling.engine = "lockstep"
   c.agent.episode_rows = False
   c.agent.episodes_per_env = 2
   c.train.save_programs = False

@@ -1,4 +1,5 @@
-"""The slot engine against the lock-step sampler, on the tiny model.
+"""The slot engine and its scheduler against the lock-step sampler, on the
+tiny model.
 
 The model of tests/sampling/test_sampler.py: two sliding layers (window 4)
 and one global layer, so every ring buffer wraps; the carried-cache tests
@@ -14,7 +15,8 @@ from spade import config as config_lib
 from spade.model import sharding
 from spade.model import transformer as T
 from spade.sampling import sampler as S
-from spade.sampling import slots as E
+from spade.sampling import slot_engine
+from spade.sampling import slot_server as E
 
 PAD, BOS, EOS = 256, 257, 258
 PROMPTS = [
@@ -65,7 +67,7 @@ def _engine(cfg, **kw):
   key = (cfg.sliding_window, tuple(sorted(kw.items())))
   if key not in _ENGINES:
     fns = T.sampling_fns(cfg, T.Role.AGENT)
-    _ENGINES[key] = E.Engine(
+    _ENGINES[key] = slot_engine.SlotEngine(
         fns.tokens_to_logits, fns.init_cache, fns.prepare_params,
         pad_id=PAD, **kw
     )  # fmt: skip
@@ -109,7 +111,7 @@ def test_each_request_samples_what_the_lockstep_sampler_samples_alone(
   with its key, whatever slot and step it ran in."""
   cfg, params = ring
   engine = _engine(cfg, temperature=temperature)
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   reqs = _requests()
   late = list(reqs[3:])
 
@@ -133,10 +135,10 @@ def test_the_same_requests_in_another_order_and_layout_sample_the_same(ring):
   cfg, params = ring
   reqs = _requests(seed=3)
   a = _engine(cfg, slots=2)
-  first = {r.request.key: r for r in a.start(params).run(reqs)}
-  again = {r.request.key: r for r in a.start(params).run(reqs[::-1])}
+  first = {r.request.key: r for r in E.SlotServer(a, params).run(reqs)}
+  again = {r.request.key: r for r in E.SlotServer(a, params).run(reqs[::-1])}
   b = _engine(cfg, slots=4, prefill_rows=2, decode_steps=2)
-  other = {r.request.key: r for r in b.start(params).run(reqs[::-1])}
+  other = {r.request.key: r for r in E.SlotServer(b, params).run(reqs[::-1])}
   for k in first:
     np.testing.assert_array_equal(first[k].tokens, again[k].tokens)
     np.testing.assert_array_equal(first[k].tokens, other[k].tokens)
@@ -150,10 +152,10 @@ def test_stop_ids_end_a_row_and_free_its_slot(ring):
   slot is refilled, and the counters add up."""
   cfg, params = ring
   reqs = _requests()
-  greedy = _engine(cfg, temperature=0.0).start(params).run(reqs)
+  greedy = E.SlotServer(_engine(cfg, temperature=0.0), params).run(reqs)
   stop = int(next(r for r in greedy if r.request.key == 0).tokens[1])
   engine = _engine(cfg, stop_ids=(stop,), temperature=0.0, slots=2)
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   results = server.run(reqs)
   by_key = {r.request.key: r for r in results}
   for req in reqs:
@@ -188,7 +190,7 @@ def test_a_returning_turn_continues_its_slots_cache(
   cfg, params = flat
   engine = _engine(cfg, temperature=temperature, cache_length=64)
   assert engine.can_continue
-  server = engine.start(params, carry_first=carry_first)
+  server = E.SlotServer(engine, params, carry_first=carry_first)
   turns = {k: 0 for k in range(3)}
   results = []
 
@@ -240,7 +242,7 @@ def test_generate_on_the_live_rows_samples_what_each_samples_alone(
   engine = _engine(cfg, slots=4, min_rows=1, temperature=temperature,
                    cache_length=64, min_window=8)  # fmt: skip
   assert engine.rows == (1, 2, 3, 4)
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   turns, late = {k: 0 for k in range(3)}, _requests(seed=3)[3:]
   results = []
 
@@ -280,16 +282,20 @@ def test_windows_are_few_and_bounded(ring, flat):
   cache; a ring-buffer model (or min_window 0) only ever the whole cache."""
   # The engine takes the first three (not `share_prefix`).
   flat_fns = T.sampling_fns(flat[0], T.Role.AGENT)[:3]
-  engine = E.Engine(*flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
-                    min_window=8)  # fmt: skip
+  engine = slot_engine.SlotEngine(
+      *flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4, min_window=8
+  )
   assert engine.windows == (8, 12, 16, 24, 32, 48)
   assert [engine.window(n) for n in (1, 9, 13, 33, 49)] == [8, 12, 16, 48, 48]
-  off = E.Engine(*flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
-                 min_window=0)  # fmt: skip
+  off = slot_engine.SlotEngine(
+      *flat_fns, pad_id=PAD, cache_length=48, prefill_chunk=4, min_window=0
+  )
   assert off.windows == (48,)
   ring_fns = T.sampling_fns(ring[0], T.Role.AGENT)[:3]
-  assert E.Engine(*ring_fns, pad_id=PAD, cache_length=48, prefill_chunk=4,
-                  min_window=8).windows == (48,)  # fmt: skip
+  ring_engine = slot_engine.SlotEngine(
+      *ring_fns, pad_id=PAD, cache_length=48, prefill_chunk=4, min_window=8
+  )
+  assert ring_engine.windows == (48,)
 
 
 @pytest.mark.slow
@@ -306,7 +312,7 @@ def test_calls_on_a_window_sample_what_the_whole_cache_samples(
   cfg, params = flat
   engine = _engine(cfg, temperature=temperature, cache_length=64, slots=3,
                    prefill_rows=2, min_window=8)  # fmt: skip
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   turns = {k: 0 for k in range(4)}
   results = []
 
@@ -344,23 +350,23 @@ def test_a_continued_turn_samples_what_a_re_prefill_samples(flat):
   cfg, params = flat
   engine = _engine(cfg, slots=1, temperature=1.0)
   first = _requests(PROMPTS[:1], [6])[0]
-  (one,) = engine.start(params).run([first])
+  (one,) = E.SlotServer(engine, params).run([first])
   again = E.Request(0, _next(first.prompt, one, [70, 71]), 5,
                     jax.random.key(11))  # fmt: skip
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   server.run([first])
   (kept,) = server.run([again])
   assert kept.carried == len(first.prompt) + len(one.tokens) - 1
   assert server.requests_appended == 1
   # The same continued turn through a prefill-insert of its new tokens.
   prefill = _engine(cfg, slots=1, temperature=1.0, append_tokens=0)
-  server = prefill.start(params)
+  server = E.SlotServer(prefill, params)
   server.run([first])
   (inserted,) = server.run([again])
   assert inserted.carried == kept.carried and server.requests_appended == 0
   np.testing.assert_array_equal(kept.tokens, inserted.tokens)
   np.testing.assert_allclose(kept.logprobs, inserted.logprobs, atol=1e-5)
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   server.run([first])
   server.run([E.Request(1, [BOS, 9], 2, jax.random.key(1))])
   (fresh,) = server.run([again])
@@ -391,7 +397,7 @@ def test_a_shared_prefix_samples_what_a_whole_prefill_samples(
     engine = _engine(cfg, temperature=temperature, cache_length=64,
                      slots=3, min_window=min_window,
                      share_prefixes=share)  # fmt: skip
-    server = engine.start(params)
+    server = E.SlotServer(engine, params)
     reqs = _requests(prompts, limits, seed=5)
     late = list(reqs[2:])
 
@@ -423,7 +429,7 @@ def test_ring_buffer_models_re_prefill_every_turn(ring):
   cfg, params = ring
   engine = _engine(cfg, slots=1)
   assert not engine.can_continue
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   (one,) = server.run(_requests(PROMPTS[:1], [4]))
   req = E.Request(0, _next(PROMPTS[0], one, [70]), 4, jax.random.key(2))
   (two,) = server.run([req])
@@ -433,7 +439,7 @@ def test_ring_buffer_models_re_prefill_every_turn(ring):
 
 def test_a_request_that_does_not_fit_the_cache_is_refused(ring):
   cfg, params = ring
-  server = _engine(cfg, cache_length=16).start(params)
+  server = E.SlotServer(_engine(cfg, cache_length=16), params)
   with pytest.raises(ValueError, match="cache_length=16"):
     server.submit(E.Request(0, [BOS] * 10, 7, jax.random.key(0)))
   with pytest.raises(ValueError, match="multiple of prefill_chunk"):
@@ -461,12 +467,12 @@ def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
   placed = sharding.shard_params(params, mesh, rules)
   engine = _engine(cfg, slots=slots, prefill_rows=4, mesh=mesh, rules=rules,
                    min_rows=min_rows)  # fmt: skip
-  server = engine.start(placed)
+  server = E.SlotServer(engine, placed)
   results = server.run(_requests())
   assert engine.rows == ((4, 8) if min_rows else (4,))
   assert set(server.rows) == set(engine.rows)
-  ref = {r.request.key: r for r in _engine(cfg, slots=4).start(params).run(
-      _requests())}  # fmt: skip
+  ref = E.SlotServer(_engine(cfg, slots=4), params).run(_requests())
+  ref = {r.request.key: r for r in ref}
   for res in results:
     np.testing.assert_array_equal(res.tokens, ref[res.request.key].tokens)
     np.testing.assert_allclose(
@@ -483,7 +489,7 @@ def test_generate_returns_as_soon_as_a_row_ends_when_asked(ring, early):
   request samples what it samples alone, and the row-steps add up."""
   cfg, params = ring
   engine = _engine(cfg, temperature=1.0)
-  server = engine.start(params)
+  server = E.SlotServer(engine, params)
   short, long, late = _requests(PROMPTS[:3], [2, 8, 3], seed=5)
   server.submit(short)
   server.submit(long)
