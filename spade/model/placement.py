@@ -39,21 +39,20 @@ class Lazy:
   plus_one: bool = False  # Gemma's stored norm w, the model's scale 1 + w
 
   def read(self, index, dtype) -> np.ndarray:
-    """Converts the block `view[index]` only."""
-    block = np.asarray(self.view[index], np.float32)
-    if self.plus_one:
-      block = block + np.float32(1.0)
-    # Always an owned copy: on CPU a device array may alias its numpy source,
-    # and the mapped file is read-only and may be replaced.
-    out = block.astype(dtype)
-    release_pages(self.view)
+    """Converts the block `view[index]` only, into an owned copy (on CPU a
+    device array may alias its numpy source, and the mapped file is
+    read-only and may be replaced)."""
+    out = np.empty(self.view[index].shape, dtype)
+    self.read_into(index, out)
     return out
 
   def read_into(self, index, out: np.ndarray) -> None:
-    """Converts the block `view[index]` into `out` (no other copy)."""
-    np.copyto(out, self.view[index], casting="unsafe")
+    """Converts the block `view[index]` into `out` (no other copy); Gemma's
+    1 + w is formed in float32, then cast."""
+    block = self.view[index]
     if self.plus_one:
-      out += np.float32(1.0).astype(out.dtype)
+      block = np.asarray(block, np.float32) + np.float32(1.0)
+    np.copyto(out, block, casting="unsafe")
     release_pages(self.view)
 
 
