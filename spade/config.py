@@ -280,6 +280,16 @@ def base_config() -> ConfigDict:
   # epoch (the reference regenerates its pool every 4 rollouts).
   c.designer.regeneration_interval = 4
   c.designer.use_seed_programs = True  # tiny: fall back to seed programs
+  # An iteration inside an open window (not a regeneration) whose pool
+  # holds fewer environments than designer.num_envs: True (the reference's
+  # collect_trajectories, Stage 2, spade/core/orchestrator.py lines
+  # 2299-2326: `len(game_files) < min_games` generates the missing ones and
+  # plays them from that rollout on) designs the missing number with the
+  # same design phase; they are played unhinted to the window's end and
+  # their designer rows get the reference's reward for them (the timeout
+  # penalty or 0, centred among that iteration's top-ups; score.top_up_
+  # samples). False: the pool stays as regenerated (ours before).
+  c.designer.top_up = True
   # What the single-turn and corpus-grounded prompts show: "skeleton" (the
   # reference's interface skeleton with `...` bodies, spade/core/prompts/
   # corpus_template.py), "skeleton_max_turns" (ours: the same skeleton with

@@ -283,11 +283,15 @@ class _Row:
     return getattr(self.parent, "id", None)
 
 
-def _prompts(config, engine, state, it) -> list[_Row]:
-  """The iteration's designer prompts, one row per sample."""
+def _prompts(config, engine, state, it, count=None) -> list[_Row]:
+  """The iteration's designer prompts, one row per sample: a new pool's,
+  or `count` of them (a top-up)."""
   c = config
   group = max(1, c.designer.samples_per_prompt)
-  docs = state.documents(max(1, c.designer.num_envs // group))
+  if count is None:
+    docs = state.documents(max(1, c.designer.num_envs // group))
+  else:
+    docs = state.documents(-(-count // group))
   rows: list[_Row] = []
   mutate = np.random.default_rng(seed_for(c.seed, it, "mutate"))
   skill_groups: dict[str, int] = {}
@@ -308,7 +312,7 @@ def _prompts(config, engine, state, it) -> list[_Row]:
     rows.extend(
         _Row(ids, skill, doc, parent, examples, spec) for _ in range(group)
     )
-  return rows
+  return rows if count is None else rows[:count]
 
 
 def _fresh_prompts(config, engine, state, rows, todo) -> None:
@@ -338,12 +342,26 @@ def _fresh_prompts(config, engine, state, rows, todo) -> None:
 
 
 def design(
-    config: ml_collections.ConfigDict, engine, executor, state, it: int
+    config: ml_collections.ConfigDict,
+    engine,
+    executor,
+    state,
+    it: int,
+    *,
+    count: int | None = None,
+    hints: bool = True,
 ) -> Designed:
   """Samples, extracts, validates, hints and archives iteration `it`'s
-  programs (see the module docstring)."""
+  programs (see the module docstring).
+
+  A new pool's programs by default; `count` programs to top up an open
+  window (`designer.top_up`), whose prompts are made the same way, skill i
+  the i-th active skill, as the reference's top-up generation cycles its
+  skills from 0. `hints=False` writes no hint: a top-up is never played
+  with one (the reference's hint phase runs at regeneration only).
+  """
   c = config
-  rows = _prompts(c, engine, state, it)
+  rows = _prompts(c, engine, state, it, count)
   prompts = [r.ids for r in rows]
   console.say(
       "iteration %d: designer sampling %d programs (up to %d tokens)",
@@ -402,7 +420,9 @@ def design(
       len(verdicts),
       ", ".join(sorted({v.reason for v in verdicts})),
   )
-  verdicts, hint_timings = write_hints(c, engine, it, codes, verdicts)
+  hint_timings = records.Timings()
+  if hints:
+    verdicts, hint_timings = write_hints(c, engine, it, codes, verdicts)
   designs, duplicates = [], 0
   for i, (code, verdict) in enumerate(zip(codes, verdicts)):
     row = rows[i]

@@ -12,7 +12,9 @@ goes in, a new one comes out, and each phase takes records
                `Design`s (`design.design`); then the `Environment`s (new
                valid designs, archive replays, the fixed pool or seed
                programs, `play.environments` -> `Drawn`). Between
-               regenerations the open window's pool.
+               regenerations the open window's pool, topped up to
+               `designer.num_envs` by the same design phase, unhinted
+               (`designer.top_up`, the reference's).
   2. play      K episodes without and, at regeneration, K with the hint per
                environment, all advancing together -> `Episode`s
                (`play.play`); their returns f32[E, K, 2] become the
@@ -21,7 +23,9 @@ goes in, a new one comes out, and each phase takes records
                (`score.score`, `spade.regret.scoring`): the agent's
                advantages of this iteration's plays; regret, designer
                rewards and, when the window closes, its registered window
-               reward over every play of the window.
+               reward over every play of the window. A top-up's
+               designer rows are made when it is designed
+               (`score.top_up_samples`).
   4. update    rows with signal only (advantage != 0), weighted to make the
                reference's batch of `optim.global_batch_size` samples
                (`score.update_rows`) -> one jitted, sharded, donated update
@@ -55,6 +59,7 @@ from typing import Any, Callable
 from absl import logging
 import jax
 import ml_collections
+import numpy as np
 import tqdm
 
 from spade import console
@@ -84,16 +89,30 @@ class Played:
   beside them (programs, verdicts, episodes, the console's summary)."""
 
   it: int
-  designed: design_lib.Designed  # empty between regenerations
+  # A new pool's designs, a top-up's between regenerations, or none.
+  designed: design_lib.Designed
   window: records.Window  # with this iteration's plays as its last step
   episodes: list[records.Episode]
   stats: Any  # the rollout's `RolloutStats`
   scores: records.Scores
   closes: bool  # the window closed: its designs' rows were made
+  top_up_rewards: np.ndarray  # f32[N]: the top-ups' raw designer rewards
 
   @property
   def designs(self) -> list[records.Design]:
     return self.designed.designs
+
+  @property
+  def top_ups(self) -> list[records.Design]:
+    """This iteration's designs when they topped up an open window."""
+    return self.designs if self.window.start != self.it else []
+
+  def design_reward(self, d: records.Design) -> float:
+    """Design d's raw designer reward so far: a top-up's, or over the
+    window's plays."""
+    if self.top_ups:
+      return float(self.top_up_rewards[d.index])
+    return float(self.scores.design_reward[d.index])
 
 
 def iteration(
@@ -131,11 +150,12 @@ def iteration(
   closes = flush or it + 1 - window.start >= modes.window_length(c)
   scores, lp = score_lib.score(c, window, state.lp, closes)
   agent_samples, total = score_lib.agent_samples(c, episodes, scores)
-  designer_samples = []
+  designer_samples, raw = _designer_samples(
+      c, it, designed, window, scores, closes, timed_out, total
+  )
   if closes:
-    designer_samples = score_lib.designer_samples(c, window, scores, total)
-    total += len(window.designs)
     state.remember_window(it, window, scores)
+  total += len(designer_samples)
   if window.start == it:
     state.remember_regeneration(it, window, scores)
   due, queue = state.delay_designer_rows(
@@ -152,7 +172,7 @@ def iteration(
       c, agent_samples, due, total
   )
   updated, update_s = update(engine, it, agent_rows, due_rows, samples)
-  played = Played(it, designed, window, episodes, stats, scores, closes)
+  played = Played(it, designed, window, episodes, stats, scores, closes, raw)
   if on_played is not None:
     on_played(played)
   signal = sum(map(len, agent_samples)) + sum(
@@ -173,13 +193,53 @@ def _pool(config, engine, executor, state, it):
   environment in adaptive mode, the state with the draw's cursor)."""
   designed = design_lib.Designed([], records.Timings(), {})
   if state.window is not None:
-    return designed, state.window, [], state
+    return (*_top_up(config, engine, executor, state, it), [], state)
   if modes.get(config).designs:
     designed = design_lib.design(config, engine, executor, state, it)
   drawn = play_lib.environments(config, state, it, designed.designs, executor)
   window = records.Window.open(it, drawn.envs, designed.designs)
   state = state.replace(pool_cursor=drawn.pool_cursor, pool=drawn.pool)
   return designed, window, drawn.levels, state
+
+
+def _designer_samples(
+    config, it, designed, window, scores, closes, timed_out, actor_rows
+):
+  """The designer samples made this iteration (`delay_designer_rows` queues
+  them): the closing window's designs' (`score.designer_samples`), then
+  the designs that topped it up this iteration (`score.top_up_samples`);
+  and the top-ups' raw rewards."""
+  top_ups = designed.designs if window.start != it else []
+  out, raw = score_lib.top_up_samples(config, top_ups, timed_out, actor_rows)
+  if closes:
+    out = score_lib.designer_samples(config, window, scores, actor_rows) + out
+  return out, raw
+
+
+def _top_up(config, engine, executor, state, it):
+  """The open window, topped up (`designer.top_up`): the reference's
+  `collect_trajectories` (spade/core/orchestrator.py lines 2299-2326), at a
+  rollout that does not regenerate, generates the games its pool lacks
+  (`min_games - len(game_files)`) and plays the valid ones from then on.
+  Here the missing environments are designed with the same design phase,
+  without hints (no hinted arm plays them), and the valid ones join the
+  window from this step on. Returns (the top-up's `Designed`, the
+  window)."""
+  window = state.window
+  missing = config.designer.num_envs - len(window.envs)
+  if not (config.designer.top_up and modes.get(config).designs) or (
+      missing <= 0
+  ):
+    return design_lib.Designed([], records.Timings(), {}), window
+  console.say(
+      "iteration %d: the pool holds %d of %d environments; designing %d more",
+      it + 1, len(window.envs), config.designer.num_envs, missing,
+  )  # fmt: skip
+  designed = design_lib.design(
+      config, engine, executor, state, it, count=missing, hints=False
+  )
+  envs = play_lib.top_up_environments(designed.designs)
+  return designed, window.with_envs(envs)
 
 
 def _metrics(played, state, rows, updated, update_s, prefill, seconds):
@@ -207,6 +267,7 @@ def _metrics(played, state, rows, updated, update_s, prefill, seconds):
           "designer/diversity": state_lib.diversity(
               [d.code for d in designed.designs]
           ),
+          "designer/top_up": float(len(played.top_ups)),
           **score_lib.compact_metrics(state.config, played.episodes),
       },
   )
@@ -317,7 +378,8 @@ class Trainer:
               "hint": d.hint,
               "archive_id": d.archive_id,
               "grounding_id": d.grounding_id,
-              "reward_so_far": float(scores.design_reward[d.index]),
+              "reward_so_far": played.design_reward(d),
+              "top_up": bool(played.top_ups),
           }
       )
     played_envs = [
@@ -436,18 +498,26 @@ class Trainer:
 def _earned(played: Played) -> dict[int, dict[str, float | None]]:
   """Design index -> its environment's mean returns without and with the
   hint this iteration, its regret and its designer reward so far."""
-  designs, scores = played.designs, played.scores
-  out = {}
-  for e, env in enumerate(played.window.envs):
-    if env.design_index is None or env.design_index >= len(designs):
-      continue
-    out[env.design_index] = {
-        "return_nohint": scores.arm_mean(e, 0),
-        "return_hint": scores.arm_mean(e, 1),
-        "regret": float(scores.regret[e]),
-        "reward": float(scores.design_reward[env.design_index]),
-    }
-  return out
+  designs, scores, envs = played.designs, played.scores, played.window.envs
+  if played.top_ups:
+    # The valid top-ups are the window's last environments, in order.
+    valid = [d.index for d in designs if d.valid]
+    pairs = zip(valid, range(len(envs) - len(valid), len(envs)))
+  else:
+    pairs = [
+        (env.design_index, e)
+        for e, env in enumerate(envs)
+        if env.design_index is not None and env.design_index < len(designs)
+    ]
+  return {
+      i: {
+          "return_nohint": scores.arm_mean(e, 0),
+          "return_hint": scores.arm_mean(e, 1),
+          "regret": float(scores.regret[e]),
+          "reward": played.design_reward(designs[i]),
+      }
+      for i, e in pairs
+  }
 
 
 def _transcript(

@@ -2,7 +2,8 @@
 
 `environments` picks what the agent plays (new valid designs, archive
 replays, the fixed pool or seed programs, or in adaptive mode a levelled
-family at each environment's level, `spade.selfplay.adaptive`); `play` runs
+family at each environment's level, `spade.selfplay.adaptive`), and
+`top_up_environments` what tops up an open window; `play` runs
 K episodes without and, at regeneration, K with the hint per environment,
 each an independent request to the slot engine (`spade.agent.rollout`);
 episode k of either arm resets with the same seed. An unhinted play whose
@@ -181,6 +182,21 @@ def _new_environments(config, state, it, designs, pool):
       )
       out.extend(programs[int(j)] for j in picks)
   return out, cursor
+
+
+def top_up_environments(
+    designs: list[records.Design],
+) -> list[records.Environment]:
+  """The environments that top up an open window (`designer.top_up`): its
+  top-up designs' valid programs, in order, without a written hint (no
+  hinted arm plays them); `records.Window.with_envs` adds them last."""
+  return [
+      records.Environment(
+          source=d.code, origin="top_up", hint=None, archive_id=d.archive_id
+      )
+      for d in designs
+      if d.valid
+  ]
 
 
 def play(

@@ -12,7 +12,8 @@
                environment answered (defined in `spade.agent.episodes`,
                made by `spade.agent.rollout`, re-exported here).
   Window       a regenerated pool and its plays R[E, S, K, 2] with a mask,
-               a step appended each iteration of the window.
+               a step appended each iteration of the window; environments
+               that top it up join with their earlier steps masked.
   Scores       an iteration's regret, designer rewards and advantages, all
                from one jitted call over the window's plays
                (`spade.regret.scoring`).
@@ -151,9 +152,11 @@ class Environment:
   """An environment the agent plays this iteration."""
 
   source: str
-  origin: str  # "design" | "replay" | "seed" | "pool"
+  # "design" | "replay" | "seed" | "pool", or "top_up": a design made inside
+  # an open window (`designer.top_up`), not one of `Window.designs`
+  origin: str
   hint: str | None  # a written hint; None: ask the environment's hint()
-  design_index: int | None = None
+  design_index: int | None = None  # its design in `Window.designs`
   archive_id: str | None = None
   name: str = ""
 
@@ -192,8 +195,10 @@ class Window:
 
   Attributes:
     start: the iteration that regenerated the pool.
-    envs: the environments played over the window.
-    designs: the designs made at regeneration (valid or not).
+    envs: the environments played over the window; those that topped it up
+      (`with_envs`) come last, with no plays before the step they joined.
+    designs: the designs made at regeneration (valid or not); a top-up's
+      design is not among them (its rows are made when it is designed).
     returns: f32[E, S, K, 2], the return of play k of environment e at step
       offset s of the window (s = 0: the regeneration step), without ([...,
       0]) and with ([..., 1]) the hint; S the window's iterations so far.
@@ -229,6 +234,29 @@ class Window:
         np.zeros((n, 0, 1, 2), np.float32),
         np.zeros((n, 0, 1, 2), bool),
         np.zeros((n,), bool),
+    )
+
+  def with_envs(self, envs: Sequence[Environment]) -> "Window":
+    """This window with `envs` added last, from its next step on: their
+    rows of the earlier steps are masked (no plays), as the reference's
+    pool top-up plays a new game from the rollout it was generated at."""
+    if not envs:
+      return self
+    old = len(self.envs)
+    n = old + len(envs)
+    _, s, k, _ = self.returns.shape
+    returns = np.zeros((n, s, k, 2), np.float32)
+    mask = np.zeros((n, s, k, 2), bool)
+    timed_out = np.zeros((n,), bool)
+    # An empty window keeps one placeholder row (`open`); it is dropped.
+    returns[:old], mask[:old] = self.returns[:old], self.mask[:old]
+    timed_out[:old] = self.timed_out[:old]
+    return dataclasses.replace(
+        self,
+        envs=self.envs + tuple(envs),
+        returns=returns,
+        mask=mask,
+        timed_out=timed_out,
     )
 
   def with_plays(

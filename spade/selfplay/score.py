@@ -254,6 +254,60 @@ def designer_samples(
   ]
 
 
+def top_up_samples(
+    config: ml_collections.ConfigDict,
+    designs: list[records.Design],
+    timed_out: list[bool],
+    actor_rows: int,
+) -> tuple[list[batching.Row | None], np.ndarray]:
+  """The rows of the designs that topped up an open window this iteration
+  (`designer.top_up`), one entry a design as `designer_samples` gives them,
+  and their raw rewards f32[N].
+
+  The reference scores a top-up when it is generated and never again: a
+  non-regeneration rollout reads `_cached_regret` (spade/core/
+  orchestrator.py lines 2498-2501), empty in the orchestrator the slime
+  rollout builds anew each rollout (lines 199-202) and holding no top-up's
+  game in any case, and its delayed recompute finds that epoch's plays
+  already popped by the regeneration batch's own (spade/slime/
+  spade_rollout.py lines 587-597). So the raw reward is
+  `regret.timeout_penalty` where a step() of its environment ran past its
+  budget this iteration, else 0 (`assign_env_rewards_regret`, spade/core/
+  utils/env_rewards.py lines 200-210), centred per skill among this
+  iteration's top-ups (`_center_skill_rewards`, lines 23-37) and weighted
+  by `delayed.env_reward_scale` over them (orchestrator.py lines
+  2470-2478). A design still invalid gets `regret.invalid_penalty`, in its
+  skill's centring only under `designer.invalid_designs="penalize"`, as a
+  window's invalid designs.
+
+  `timed_out` is this iteration's flag per environment of the window, whose
+  last environments are the valid top-ups in order (`Window.with_envs`).
+  """
+  if not designs:
+    return [], np.zeros((0,), np.float32)
+  r = config.regret
+  valid = np.array([d.valid for d in designs], bool)
+  hung = np.asarray(timed_out, bool)[len(timed_out) - int(valid.sum()) :]
+  raw = np.full((len(designs),), r.invalid_penalty, np.float32)
+  raw[valid] = np.where(hung, r.timeout_penalty, 0.0)
+  keep = valid | (config.designer.invalid_designs == "penalize")
+  scale = delayed.env_reward_scale(
+      actor_rows,
+      int(valid.sum()),
+      config.designer.regeneration_interval,
+      r.max_env_reward_scale,
+  )
+  group = np.array([d.group for d in designs], np.int32)
+  advantages = np.asarray(delayed.centre_per_skill(raw, group, keep, scale))
+  rows = [
+      batching.Row(d.prompt_ids, d.completion_ids, d.logprobs, float(a))
+      if float(a) != 0.0
+      else None
+      for d, a in zip(designs, advantages)
+  ]
+  return rows, raw
+
+
 def update_rows(
     config: ml_collections.ConfigDict,
     agent: list[list[batching.Row]],
