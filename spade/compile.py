@@ -33,7 +33,11 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     generate also the bytes accessed per generated token
                     (`cost_analysis()`, one decode step) against the least
                     a step must read, the weights and every slot's cache
-                    once (`*_slots_bytes_ratio=` in the last line).
+                    once (`*_slots_bytes_ratio=` in the last line);
+                    with `--bytes_breakdown`, where those bytes go
+                    (`spade.hlo_bytes`: weights, cache reads and writes,
+                    copies, gathers, loop state, other; one `key=value`
+                    line, then the costliest operations).
 
 Per program it prints the per-device argument / output / temporary / peak
 memory (`memory_analysis()`) against the chip's HBM, and for the samplers
@@ -83,6 +87,7 @@ import numpy as np
 from ml_collections import config_flags
 
 from spade import config as config_lib
+from spade import hlo_bytes
 from spade.model import architecture
 from spade.model import sharding
 from spade.model import topology as topology_lib
@@ -124,6 +129,8 @@ class Program:
       generated token (a decode step over every slot, all devices).
     min_bytes_per_token: the least a step must read per token: parameters
       and the live cache, once.
+    breakdown: slot generate with `bytes_breakdown`: where its bytes go
+      (`spade.hlo_bytes.Breakdown`, per device, one decode step).
   """
 
   name: str
@@ -142,6 +149,7 @@ class Program:
   compile_s: float = 0.0
   bytes_per_token: float = 0.0
   min_bytes_per_token: float = 0.0
+  breakdown: hlo_bytes.Breakdown | None = None
 
   @property
   def bytes_ratio(self) -> float:
@@ -646,7 +654,9 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
   return captured["prefill_insert"], captured["generate"]
 
 
-def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
+def compile_engine(
+    config, mesh, rules, state, role, hbm_bytes, windows=2, breakdown=False
+):
   """The role's slot-engine programs (`spade.sampling.slot_engine`):
   prefill-insert and generate over `sampling.slots` slots of a
   `model.max_len` cache.
@@ -664,7 +674,8 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
   Besides memory and FLOPs, the whole-cache generate program's
   `cost_analysis()` bytes accessed (a while loop's body counted once: about
   one decode step) per generated token, against the minimum a step must
-  read: the parameters and every slot's cache, once.
+  read: the parameters and every slot's cache, once; with `breakdown`,
+  those bytes by category (`spade.hlo_bytes`).
   """
   engine = slot_engine(config, mesh, rules, role)
   s, c, n = engine.slots, engine.cache_length, engine.decode_steps
@@ -771,6 +782,8 @@ def compile_engine(config, mesh, rules, state, role, hbm_bytes, windows=2):
     # Per device a step reads its shards; the slice makes `s` tokens a step.
     program.bytes_per_token = step * chips / s
     program.min_bytes_per_token = floor * chips / s
+    if breakdown:
+      program.breakdown = hlo_bytes.breakdown(compiled)
   return [prefill, program]
 
 
@@ -784,6 +797,7 @@ def run(
     engine: bool = False,
     roles: Sequence[str] = ("agent", "designer"),
     engine_windows: int = 2,
+    bytes_breakdown: bool = False,
     log=print,
 ) -> Report:
   """Compiles the config's programs for the named slice; returns the report.
@@ -800,6 +814,8 @@ def run(
       "designer").
     engine_windows: how many of the engine's cache windows, largest first,
       each engine program is compiled on (0: all; see `compile_engine`).
+    bytes_breakdown: also log, per generate program, where its bytes per
+      token go (`spade.hlo_bytes`; `breakdown_lines`).
     log: called with each program's line as it finishes.
   """
   roles = _roles(roles)
@@ -818,6 +834,13 @@ def run(
   def add(program: Program) -> None:
     report.programs.append(program)
     log(describe(program, tpu))
+    if program.breakdown is not None:
+      for line in breakdown_lines(program, tpu.chips, engine_slots):
+        log(line)
+
+  engine_slots = shapes_lib.round_up(
+      config.sampling.slots, mesh.shape["data"] * mesh.shape["fsdp"]
+  )
 
   if update:
     add(compile_update(config, mesh, rules, state, optimizer, hbm))
@@ -828,7 +851,14 @@ def run(
   if engine:
     for role in roles:
       for program in compile_engine(
-          config, mesh, rules, state, role, hbm, engine_windows
+          config,
+          mesh,
+          rules,
+          state,
+          role,
+          hbm,
+          engine_windows,
+          bytes_breakdown,
       ):
         add(program)
   return report
@@ -840,6 +870,22 @@ def _roles(roles: Sequence[str]) -> list[str]:
   if not roles or set(roles) - set(known):
     raise ValueError(f"roles must be some of {known}, not {list(roles)}")
   return [r for r in known if r in roles]
+
+
+def breakdown_lines(program: Program, chips: int, slots: int) -> list[str]:
+  """A generate program's bytes per generated token by category: one
+  `key=value` line (MiB a token, the slice's: per device x chips / slots,
+  as `bytes_per_token`), then its costliest operations, one a line."""
+  b = program.breakdown
+  key = program.name.split()[0] + "_slots_bytes_"
+  scale = chips / slots
+  lines = [" ".join(b.lines(key, scale))]
+  for size, split, label in b.top:
+    parts = ",".join(
+        f"{k}:{v * scale / 2**20:.2f}" for k, v in split.items() if v
+    )
+    lines.append(f"  {size * scale / 2**20:9.2f} MiB/token {label} [{parts}]")
+  return lines
 
 
 def describe(program: Program, tpu: topology_lib.Slice) -> str:
@@ -897,6 +943,13 @@ def _define_flags() -> None:
       ["agent", "designer"],
       "Whose sampler and engine programs to compile (agent, designer).",
   )
+  flags.DEFINE_bool(
+      "bytes_breakdown",
+      False,
+      "With --engine: print where each generate program's bytes per token"
+      " go (weights, cache reads and writes, copies, gathers, loop state,"
+      " other; spade.hlo_bytes) and its costliest operations.",
+  )
   flags.DEFINE_integer(
       "engine_windows",
       2,
@@ -936,6 +989,7 @@ def main(argv: list[str]) -> None:
       engine=engine,
       roles=f.roles,
       engine_windows=f.engine_windows,
+      bytes_breakdown=f.bytes_breakdown,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)

@@ -203,7 +203,7 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   lines = []
   report = compile_lib.run(
       c, "v5p-8", update=False, samplers=False, engine=True,
-      log=lines.append,
+      bytes_breakdown=True, log=lines.append,
   )  # fmt: skip
   names = [p.name for p in report.programs]
   assert names == [
@@ -212,7 +212,9 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
       "designer slots prefill-insert",
       "designer slots generate",
   ]
-  assert report.fits and len(lines) == 4
+  # Each generate program's line is followed by its breakdown's line and
+  # its ten costliest operations.
+  assert report.fits and len(lines) == 4 + 2 * 11
   for p in report.programs:
     assert p.fits and p.peak_bytes > 0 and p.argument_bytes > 0, p
     # The decode state (every slot's cache) is donated and kept in place.
@@ -231,6 +233,18 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert generate.min_bytes_per_token > 0
   assert generate.bytes_ratio >= 0.9, generate
   assert "accessed per token" in lines[1]
+  # Where those bytes go: the categories sum to XLA's own total within 5%
+  # (the TPU compiler's cost rules, re-applied op by op: 2% here).
+  b = generate.breakdown
+  assert b.xla_total > 0
+  assert abs(b.unexplained) < 0.05 * b.xla_total, b.lines()
+  assert b.bytes["weights"] > 0 and b.bytes["cache_read"] > 0
+  assert b.bytes["cache_write"] > 0
+  assert lines[2].startswith("agent_slots_bytes_weights_mib=")
+  pairs = dict(kv.split("=", 1) for kv in lines[2].split())
+  assert float(pairs["agent_slots_bytes_xla_total_mib"]) == pytest.approx(
+      generate.bytes_per_token / 2**20, abs=0.01
+  )
   summary = dict(kv.split("=", 1) for kv in report.summary().split())
   assert float(summary["agent_slots_bytes_ratio"]) == pytest.approx(
       generate.bytes_ratio, abs=0.01

@@ -1,0 +1,122 @@
+"""`spade.hlo_bytes`: XLA's bytes accessed, op by op, by category.
+
+The compiled slot engine's breakdown (it sums to XLA's total) is checked in
+`tests/test_compile.py`, on a TPU slice's compile; here, the rules on a
+hand-written module whose bytes are counted by hand.
+"""
+
+import pytest
+
+from spade import hlo_bytes
+
+# A decode loop in miniature: the entry takes a weight (p[...]) and a cache
+# (st['cache']...), copies the cache, and a while loop whose body reads the
+# weight and the cache in one fusion and writes a row into the cache in
+# place (a fusion whose root is a dynamic-update-slice).
+_MODULE = """\
+HloModule jit_step, is_scheduled=true
+
+%fused_dus (param_0: f32[8,128], param_1: f32[1,128], param_2: s32[]) -> f32[8,128] {
+  %param_0 = f32[8,128]{1,0:T(8,128)} parameter(0)
+  %param_1 = f32[1,128]{1,0:T(8,128)} parameter(1)
+  %param_2 = s32[]{:T(128)} parameter(2)
+  %c = s32[]{:T(128)} constant(0)
+  ROOT %dus = f32[8,128]{1,0:T(8,128)} dynamic-update-slice(%param_0, %param_1, %param_2, %c)
+}
+
+%fused_dot (param_0: f32[128,128], param_1: f32[8,128]) -> f32[1,128] {
+  %param_0 = f32[128,128]{1,0:T(8,128)} parameter(0)
+  %param_1 = f32[8,128]{1,0:T(8,128)} parameter(1)
+  %s = f32[1,128]{1,0:T(8,128)} slice(%param_1), slice={[0:1], [0:128]}
+  ROOT %d = f32[1,128]{1,0:T(8,128)} dot(%s, %param_0), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%body (arg: (s32[], f32[128,128], f32[8,128])) -> (s32[], f32[128,128], f32[8,128]) {
+  %arg = (s32[]{:T(128)}, f32[128,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) parameter(0)
+  %i = s32[]{:T(128)} get-tuple-element(%arg), index=0
+  %w = f32[128,128]{1,0:T(8,128)} get-tuple-element(%arg), index=1
+  %k = f32[8,128]{1,0:T(8,128)} get-tuple-element(%arg), index=2
+  %row = f32[1,128]{1,0:T(8,128)} fusion(%w, %k), kind=kOutput, calls=%fused_dot, metadata={op_name="jit(step)/while/body/dot_general"}
+  %k2 = f32[8,128]{1,0:T(8,128)} fusion(%k, %row, %i), kind=kLoop, calls=%fused_dus, metadata={op_name="jit(step)/while/body/dynamic_update_slice"}
+  %one = s32[]{:T(128)} constant(1)
+  %i2 = s32[]{:T(128)} add(%i, %one)
+  ROOT %t = (s32[]{:T(128)}, f32[128,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) tuple(%i2, %w, %k2)
+}
+
+%cond (arg: (s32[], f32[128,128], f32[8,128])) -> pred[] {
+  %arg = (s32[]{:T(128)}, f32[128,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) parameter(0)
+  %i = s32[]{:T(128)} get-tuple-element(%arg), index=0
+  %n = s32[]{:T(128)} constant(4)
+  ROOT %lt = pred[]{:T(512)} compare(%i, %n), direction=LT
+}
+
+ENTRY %main (p0: f32[128,128], p1: f32[8,128]) -> f32[8,128] {
+  %p0 = f32[128,128]{1,0:T(8,128)} parameter(0), metadata={op_name="p['w']"}
+  %p1 = f32[8,128]{1,0:T(8,128)} parameter(1), metadata={op_name="st['cache']['k']"}
+  %copy = f32[8,128]{1,0:T(8,128)} copy(%p1)
+  %zero = s32[]{:T(128)} constant(0)
+  %init = (s32[]{:T(128)}, f32[128,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) tuple(%zero, %p0, %copy)
+  %loop = (s32[]{:T(128)}, f32[128,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[8,128]{1,0:T(8,128)} get-tuple-element(%loop), index=2
+}
+"""
+
+W = 128 * 128 * 4  # the weight
+K = 8 * 128 * 4  # the cache
+ROW = 8 * 128 * 4  # one row, padded to an (8, 128) tile
+SCALAR = 128 * 4  # a scalar fills a tile's minor row
+PRED = 512  # pred[] in a T(512) tile
+TUPLE = 3 * 8  # a 3-tuple's pointer table
+
+
+def test_shapes_are_padded_to_their_tiles():
+  assert hlo_bytes.shape_bytes("f32[1,128]{1,0:T(8,128)}") == ROW
+  assert hlo_bytes.shape_bytes("bf16[3,200]{1,0:T(8,128)(2,1)}") == 8 * 256 * 2
+  assert hlo_bytes.shape_bytes("s32[]{:T(128)}") == SCALAR
+  assert hlo_bytes.shape_bytes("f32[5,3]") == 60  # no layout: dense
+  # Minor-to-major {0,1}: dimension 0 is the minor one, padded to 128.
+  assert hlo_bytes.shape_bytes("f32[3,5]{0,1:T(8,128)}") == 8 * 128 * 4
+  assert hlo_bytes.shape_bytes("(f32[2], s32[])") == 16
+
+
+def test_a_decode_loop_is_split_by_what_each_byte_is():
+  b = hlo_bytes.breakdown_text(_MODULE, xla_total=0.0)
+  assert b.bytes == {
+      # The loop body's dot fusion reads the weight once.
+      "weights": W,
+      # ... and the cache row's buffer whole, as does the in-place update.
+      "cache_read": 2 * K,
+      # The update writes its row only (operand 0 is updated in place),
+      # and reads the row and its index to do so.
+      "cache_write": ROW + ROW + SCALAR,
+      # The entry's copy of the cache: read and written.
+      "copy": 2 * K,
+      "gather_scatter": 0,
+      "all_gather": 0,
+      # The tuples' pointer tables (the loop's carried state).
+      "loop_state": 2 * TUPLE,
+      # The dot's result, the counter's add (two scalars in, one out), the
+      # condition's compare (two in, a pred out).
+      "other": ROW + 3 * SCALAR + 2 * SCALAR + PRED,
+  }
+  assert b.unexplained == 0.0  # no XLA total given
+  # Outside the loop: the cache's copy and the initial tuple, once a call.
+  assert sum(b.outside.values()) == 2 * K + TUPLE
+  names = [label.split()[0] for _, _, label in b.top]
+  assert names[:3] == ["row", "k2", "copy"]
+
+
+def test_unexplained_is_what_xla_counts_beyond_the_rules():
+  b = hlo_bytes.breakdown_text(_MODULE, xla_total=1e6)
+  assert b.unexplained == pytest.approx(1e6 - b.total)
+  pairs = dict(kv.split("=") for kv in b.lines("g_", scale=2.0))
+  assert float(pairs["g_weights_mib"]) == pytest.approx(2 * W / 2**20, abs=0.01)
+  assert set(pairs) == {f"g_{k}_mib" for k in hlo_bytes.CATEGORIES} | {
+      "g_total_mib", "g_outside_loops_mib", "g_xla_total_mib",
+      "g_unexplained_mib",
+  }  # fmt: skip
+
+
+def test_a_module_without_an_entry_is_an_error():
+  with pytest.raises(ValueError, match="no ENTRY"):
+    hlo_bytes.breakdown_text("HloModule empty\n")
