@@ -835,7 +835,9 @@ def run(
     report.programs.append(program)
     log(describe(program, tpu))
     if program.breakdown is not None:
-      for line in breakdown_lines(program, tpu.chips, engine_slots):
+      for line in breakdown_lines(
+          program, tpu.chips, engine_slots, config.sampling.decode_steps
+      ):
         log(line)
 
   engine_slots = shapes_lib.round_up(
@@ -872,14 +874,27 @@ def _roles(roles: Sequence[str]) -> list[str]:
   return [r for r in known if r in roles]
 
 
-def breakdown_lines(program: Program, chips: int, slots: int) -> list[str]:
+def breakdown_lines(
+    program: Program, chips: int, slots: int, steps: int = 1
+) -> list[str]:
   """A generate program's bytes per generated token by category: one
   `key=value` line (MiB a token, the slice's: per device x chips / slots,
-  as `bytes_per_token`), then its costliest operations, one a line."""
+  as `bytes_per_token`), then its costliest operations, one a line.
+
+  XLA's total, like `bytes_per_token`, counts what runs outside the decode
+  loop (once a call of `steps` decode steps) as if it ran every step;
+  `per_step_mib` spreads it over the call's steps instead, and
+  `per_step_ratio` is that over the minimum."""
   b = program.breakdown
   key = program.name.split()[0] + "_slots_bytes_"
   scale = chips / slots
-  lines = [" ".join(b.lines(key, scale))]
+  outside = sum(b.outside.values())
+  per_step = (b.xla_total - outside + outside / max(steps, 1)) * scale
+  pairs = b.lines(key, scale) + [f"{key}per_step_mib={per_step / 2**20:.2f}"]
+  if program.min_bytes_per_token:
+    ratio = per_step / program.min_bytes_per_token
+    pairs.append(f"{key}per_step_ratio={ratio:.2f}")
+  lines = [" ".join(pairs)]
   for size, split, label in b.top:
     parts = ",".join(
         f"{k}:{v * scale / 2**20:.2f}" for k, v in split.items() if v

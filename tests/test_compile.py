@@ -245,6 +245,12 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert float(pairs["agent_slots_bytes_xla_total_mib"]) == pytest.approx(
       generate.bytes_per_token / 2**20, abs=0.01
   )
+  # What runs outside the loop, once a call, spread over its 4 steps.
+  outside = float(pairs["agent_slots_bytes_outside_loops_mib"])
+  assert outside > 0
+  assert float(pairs["agent_slots_bytes_per_step_mib"]) == pytest.approx(
+      generate.bytes_per_token / 2**20 - outside * 3 / 4, abs=0.02
+  )
   summary = dict(kv.split("=", 1) for kv in report.summary().split())
   assert float(summary["agent_slots_bytes_ratio"]) == pytest.approx(
       generate.bytes_ratio, abs=0.01
