@@ -343,23 +343,22 @@ class _Analysis:
   def _fusion_kinds(self, comp: str, op: Op) -> list[str | None]:
     """A fusion's results take the kind of the buffer each updates in place
     (a root dynamic-update-slice's operand 0, through the fused params)."""
-    fused = op.attr("calls")
-    ops = self.defs[fused]
-    root = next(o for o in self.comps[fused] if o.root)
-    outs = [root.operands if root.opcode == "tuple" else [root.name]][0]
-    ks = []
-    for out in outs:
-      ks.append(self._inplace_kind(comp, op, fused, ops, out))
+    ops = self.defs[op.attr("calls")]
+    root = next(o for o in ops.values() if o.root)
+    outs = root.operands if root.opcode == "tuple" else [root.name]
+    ks = [self._inplace_kind(comp, op, ops, out) for out in outs]
     return ks if len(ks) == len(op.elements) else [ks[0]] * len(op.elements)
 
-  def _inplace_kind(self, comp, op, fused, ops, name, depth=0):
+  def _inplace_kind(self, comp, op, ops, name, depth=0):
+    """The kind of the fusion `op`'s operand that its fused value `name`
+    (in `ops`) updates in place, if any."""
     o = ops.get(name)
     if o is None or depth > 8:
       return None
     if o.opcode == "dynamic-update-slice" or o.opcode == "scatter":
-      return self._inplace_kind(comp, op, fused, ops, o.operands[0], depth + 1)
+      return self._inplace_kind(comp, op, ops, o.operands[0], depth + 1)
     if o.opcode in ("bitcast", "copy", "reshape"):
-      return self._inplace_kind(comp, op, fused, ops, o.operands[0], depth + 1)
+      return self._inplace_kind(comp, op, ops, o.operands[0], depth + 1)
     if o.opcode == "parameter":
       return self.kind(comp, op.operands[self._param_index(o)])
     if o.opcode == "fusion":
