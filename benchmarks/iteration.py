@@ -9,9 +9,9 @@ seconds and how much of the sandbox time was hidden behind sampling (the
 rollout engine steps one half of the episodes while sampling the other);
 the last line is key=value pairs: iteration_s, sampling_s, sandbox_s,
 rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s, the prompt
-tokens the sampler would prefill row by row (`prefill_tokens`) and those its
-prefix and identical-prompt sharing and the turns' carried caches saved
-(`prefill_tokens_saved`), the tokens
+tokens the slot servers took in (`prefill_tokens`, every prompt whole) and
+those taken from a cache instead of prefilled, a turn's carried history or
+another slot's shared prefix (`prefill_tokens_saved`), the tokens
 the update scores per episode of T = 1, 5 and 25 turns with one row per
 episode (`scored_tokens_per_episode_tT`) and with one row per turn
 (`per_turn_tokens_per_episode_tT`), measured on episodes played by the real

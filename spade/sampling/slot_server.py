@@ -39,7 +39,9 @@ Counters: `decode_row_steps` (rows x steps that ran, live or not, plus the
 `prefill_rows` rows of every prefill's first-token draw, fillers included)
 and `tokens_generated`; `padding_ratio = decode_row_steps /
 tokens_generated`. `lockstep_row_steps` counts a lock-step `SampleOutput`
-the same way.
+the same way. A `PromptCounts` given to several servers adds up what they
+took in: every request's prompt tokens and those taken from a cache (the
+policy's `tokens/prefill*` metrics over a run's servers).
 
 Text. `TextServer` puts a tokenizer in front of a `SlotServer`: turn t of
 episode i is a request keyed by i and drawn with `fold_in(fold_in(key(seed),
@@ -75,6 +77,28 @@ def lockstep_row_steps(out: sampler_lib.SampleOutput) -> int:
   steps as its longest row generated (the loop stops when all are done;
   the first token's draw after the prefill counts as a step)."""
   return int(out.tokens.shape[0]) * int(np.max(out.lengths, initial=0))
+
+
+@dataclasses.dataclass
+class PromptCounts:
+  """Prompt tokens of the requests the servers sharing it started.
+
+  Attributes:
+    prompt: every request's prompt tokens, what prefilling each prompt
+      whole would write (no padding).
+    carried: of those, the ones taken from the request's own slot (its
+      episode's history) instead of prefilled.
+    shared: of those, the ones copied from another slot's prefix.
+  """
+
+  prompt: int = 0
+  carried: int = 0
+  shared: int = 0
+
+  @property
+  def saved(self) -> int:
+    """Prompt tokens taken from a cache instead of computed again."""
+    return self.carried + self.shared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +174,8 @@ class SlotServer:
     params: the model parameters (prepared once here, e.g. unstacked).
     carry_first: serve a returning episode that can continue its own free
       slot before the queue's head (see `_assign`).
+    counts: the `PromptCounts` this server adds its requests' prompts to
+      (shared with other servers); default a record of its own.
     programs: the programs to run (default `engine.programs`; `spade.
       compile` passes stand-ins that capture their arguments).
   """
@@ -160,9 +186,11 @@ class SlotServer:
       params,
       *,
       carry_first: bool = True,
+      counts: PromptCounts | None = None,
       programs: slot_engine.Programs | None = None,
   ):
     self.engine = engine
+    self.counts = counts if counts is not None else PromptCounts()
     self.carry_first = carry_first
     self.programs = programs or engine.programs
     self.params = self.programs.prepare(params)
@@ -361,6 +389,8 @@ class SlotServer:
         self.requests_appended += 1
         self.requests_carried += 1
         self.tokens_carried += n
+        self.counts.prompt += len(r.prompt)
+        self.counts.carried += n
         self.tokens_appended += len(r.prompt) - n
         self.slots[s] = dataclasses.replace(
             slot, request=r, tokens=[], logprobs=[], carried=n,
@@ -408,6 +438,7 @@ class SlotServer:
     hi = self.clock - width  # where the new columns begin
     rows = []
     for (r, s), src in zip(picked, sources):
+      self.counts.prompt += len(r.prompt)
       if src is None:
         rows.append((r.prompt, 0, False, 0, s, 0))
         continue
@@ -418,9 +449,11 @@ class SlotServer:
       if kind == "own":
         self.requests_carried += 1
         self.tokens_carried += n
+        self.counts.carried += n
       else:
         self.requests_shared += 1
         self.tokens_shared += n
+        self.counts.shared += n
     m = len(picked)
     rows += [rows[0]] * (k - m)  # fillers, written nowhere
     tokens = np.full((k, c), eng.pad_id, np.int32)

@@ -127,6 +127,8 @@ class Engine:
         prefill_chunk=config.sampling.prefill_chunk,
     )
     self._slot_engines: dict[tuple[Any, ...], slot_engine.SlotEngine] = {}
+    # What every slot server of the run took in (`prefill_counts`).
+    self.prompt_counts = slot_server.PromptCounts()
 
   # -- the parameters' two layouts -------------------------------------------
 
@@ -239,7 +241,9 @@ class Engine:
         top_p,
     )
     server = slot_server.TextServer(
-        slot_server.SlotServer(engine, self.decode_params()),
+        slot_server.SlotServer(
+            engine, self.decode_params(), counts=self.prompt_counts
+        ),
         self.tokenizer,
         max_new_tokens,
     )
@@ -312,10 +316,11 @@ class Engine:
     return self._slot_engines[name]
 
   def prefill_counts(self) -> tuple[int, int, int]:
-    """Prompt tokens sampled so far: (a row-by-row prefill's, saved, carried
-    from an episode's last turn)."""
-    g = self.generator
-    return g.prefill_tokens, g.prefill_tokens_saved, g.tokens_carried
+    """Prompt tokens the slot servers of this run took in so far: (every
+    prompt whole, those taken from a cache instead of prefilled, those
+    carried from an episode's last turn), `slot_server.PromptCounts`."""
+    n = self.prompt_counts
+    return n.prompt, n.saved, n.carried
 
   def prompt_budget(self, role: str) -> int:
     """The prompt tokens a `role` reply may be sampled from (one rule)."""
@@ -348,7 +353,9 @@ class Engine:
         ),
     )  # fmt: skip
     return slot_server.TextServer(
-        slot_server.SlotServer(engine, self.decode_params()),
+        slot_server.SlotServer(
+            engine, self.decode_params(), counts=self.prompt_counts
+        ),
         self.tokenizer,
         max_new_tokens,
         carry=self.config.agent.carry_cache,

@@ -157,9 +157,11 @@ def iteration_metrics(
       "tokens/sampled": float(
           stats.tokens_sampled + sum(len(d.completion_ids) for d in designs)
       ),
-      # Prompt tokens the sampler would prefill row by row, the share its
-      # prefix and identical-prompt sharing and carried caches saved, and
-      # the history tokens carried from an episode's last turn.
+      # Prompt tokens the slot servers took in (every prompt whole, no
+      # padding), those taken from a cache instead of prefilled (an
+      # episode's own history or another slot's shared prefix), and of
+      # those the history carried from an episode's last turn
+      # (`slot_server.PromptCounts`, `Engine.prefill_counts`).
       "tokens/prefill": float(prefill[0]),
       "tokens/prefill_saved": float(prefill[1]),
       "tokens/carried": float(prefill[2]),

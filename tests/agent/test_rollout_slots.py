@@ -188,8 +188,12 @@ def test_an_episode_through_the_slots_sees_what_lockstep_sees(engine):
   ]
   kw = dict(max_new_tokens=12, temperature=0.0)
   lock, lock_stats = _play(engine, _lockstep(engine, **kw), specs)
+  before = engine.prefill_counts()
   server = engine.agent_server(**kw)
   slot, slot_stats = _play(engine, server, specs)
+  prompt, saved, carried = (
+      b - a for a, b in zip(before, engine.prefill_counts())
+  )
   assert len(slot) == len(lock) == len(specs)
   for a, b in zip(lock, slot):
     assert a.first_observation == b.first_observation
@@ -215,6 +219,10 @@ def test_an_episode_through_the_slots_sees_what_lockstep_sees(engine):
   # Episodes after the first turn continued their slot's cache.
   assert server.server.requests_carried > 0
   assert slot_stats.decode_row_steps == server.decode_row_steps
+  # The engine's counts (the `tokens/*` metrics) saw the server's prompts:
+  # every turn's whole prompt, of which the histories were carried.
+  assert prompt == sum(len(t.prompt(e)) for e in slot for t in e.turns)
+  assert prompt > saved >= carried == server.server.tokens_carried > 0
 
 
 @pytest.mark.slow
@@ -224,7 +232,9 @@ def test_design_prompts_through_the_slots_sample_what_lockstep_samples(
   prompts = [engine.tokenizer.encode(f"prompt {i}", add_bos=True)
              for i in range(3)]  # fmt: skip
   kw = dict(role="designer", max_new_tokens=10, temperature=0.0, seed=3)
+  before = engine.prefill_counts()[0]
   slot = engine.sample(prompts, **kw)
+  assert engine.prefill_counts()[0] - before == sum(map(len, prompts))
   lock = engine.generator.sample(
       engine.state.params,
       prompts,

@@ -190,7 +190,8 @@ def test_a_returning_turn_continues_its_slots_cache(
   cfg, params = flat
   engine = _engine(cfg, temperature=temperature, cache_length=64)
   assert engine.can_continue
-  server = E.SlotServer(engine, params, carry_first=carry_first)
+  counts = E.PromptCounts()
+  server = E.SlotServer(engine, params, carry_first=carry_first, counts=counts)
   turns = {k: 0 for k in range(3)}
   results = []
 
@@ -216,6 +217,9 @@ def test_a_returning_turn_continues_its_slots_cache(
       assert res.carried == len(prompt) + len(tokens) - 1
     last[res.request.key] = (res.request.prompt, res.tokens)
   assert server.tokens_carried == sum(r.carried for r in results)
+  # The counts record: every prompt whole, the carried part saved.
+  assert counts.prompt == sum(len(r.request.prompt) for r in results)
+  assert counts.carried == counts.saved == server.tokens_carried
   # Each continued turn adds 2-4 tokens: all fed through generate's steps.
   assert server.requests_appended == len(carried)
   for res in results:
@@ -392,12 +396,13 @@ def test_a_shared_prefix_samples_what_a_whole_prefill_samples(
   prompts = [a + [40, 41], [BOS, 7, 8], a + [50], a[:9] + [60, 61, 62],
              a + [40, 41], a + [50, 70, 71]]  # fmt: skip
   limits = [6, 4, 5, 3, 6, 4]
-  out = {}
+  out, counts, shared = {}, E.PromptCounts(), 0
   for share in (True, False):
     engine = _engine(cfg, temperature=temperature, cache_length=64,
                      slots=3, min_window=min_window,
                      share_prefixes=share)  # fmt: skip
-    server = E.SlotServer(engine, params)
+    # One counts record over both servers adds up what each took in.
+    server = E.SlotServer(engine, params, counts=counts)
     reqs = _requests(prompts, limits, seed=5)
     late = list(reqs[2:])
 
@@ -418,11 +423,14 @@ def test_a_shared_prefix_samples_what_a_whole_prefill_samples(
       assert by_key[2].carried >= 12 and by_key[5].carried >= 12
       assert server.requests_shared == 4
       assert server.tokens_shared == sum(by_key[k].carried for k in range(2, 6))
+      shared = server.tokens_shared
     else:
       assert server.requests_shared == 0
       assert all(r.carried == 0 for r in results)
   for k, res in out[True].items():
     np.testing.assert_array_equal(res.tokens, out[False][k].tokens)
+  assert counts.prompt == 2 * sum(map(len, prompts))
+  assert counts.shared == counts.saved == shared > 0 and counts.carried == 0
 
 
 def test_ring_buffer_models_re_prefill_every_turn(ring):

@@ -127,6 +127,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
   assert rows and rows[0]["step"] == 1
   for key in REQUIRED:
     assert key in rows[0], key
+  # The designer's and the agent's prompts went through the slot servers.
+  assert rows[0]["tokens/prefill"] > 0
 
   # Starting again resumes after the last checkpoint and finishes.
   code, out = _finish(_main(workdir, 4, extra=delay), workdir)
@@ -188,6 +190,10 @@ def test_fixed_pool_baseline_with_warm_start(tmp_path):
   assert row["designer/num_designs"] == 0.0
   assert row["agent/seed_envs"] == row["agent/num_envs"] == 1.0
   assert row["agent/episodes"] == 2.0  # K=1 without and K=1 with the hint
+  # The agent's prompts went through the slot servers and are counted;
+  # what came from a cache is a part of them.
+  assert row["tokens/prefill"] > row["tokens/prefill_saved"] >= 0
+  assert row["tokens/prefill_saved"] >= row["tokens/carried"] >= 0
   # One unhinted episode per environment has no one to be compared with:
   # no row carries signal and the update is skipped, saying so.
   assert row["train/rows_total"] > 0 and row["train/rows_with_signal"] == 0
