@@ -72,6 +72,7 @@ from spade.model import transformer  # pylint: disable=g-import-not-at-top
 from spade.selfplay import batching  # pylint: disable=g-import-not-at-top
 from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
 from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
+from spade.selfplay import modes  # pylint: disable=g-import-not-at-top
 from spade.selfplay import play as play_lib  # pylint: disable=g-import-not-at-top
 from spade.train import lora  # pylint: disable=g-import-not-at-top
 from spade.train import state as state_lib  # pylint: disable=g-import-not-at-top
@@ -287,7 +288,7 @@ class CurriculumTrainer(loop.Trainer):
     m = super().step(it)
     designed = self.played.designs
     self.probs = win_probabilities(self.engine, self.config)
-    designer = self.config.train.mode == "spade"
+    designer = modes.get(self.config).designs
     row = {
         "iteration": it + 1,
         "win_probs": self.probs,
@@ -434,7 +435,7 @@ def run_arm(arm, seed, iterations, workdir, warm, overrides=()):
         "win_probs": t.probs,
         "frontier": frontier(t.probs),
         "level_probs": (
-            level_distribution(t) if c.train.mode == "spade" else None
+            level_distribution(t) if modes.get(c).designs else None
         ),
     }
     t.run()

@@ -983,10 +983,11 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
         f" multiple of config.sampling.prefill_chunk={chunk}: pick a chunk"
         " that divides it"
     )
-  if config.train.mode == "adaptive" and not config.train.family:
+  if modes.get(config).levelled and not config.train.family:
     raise ConfigError(
-        'config.train.mode="adaptive" needs config.train.family (a levelled'
-        ' family of spade.environments.levels, e.g. "rlve")'
+        f"config.train.mode={config.train.mode!r} plays a levelled family and"
+        " needs config.train.family (one of spade.environments.levels, e.g."
+        ' "rlve")'
     )
   d = config.difficulty
   if d.tau_num < 1 or d.d_delta < 1 or d.max_level < d.min_level:
