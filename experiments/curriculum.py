@@ -72,9 +72,9 @@ from spade.model import transformer  # pylint: disable=g-import-not-at-top
 from spade.selfplay import batching  # pylint: disable=g-import-not-at-top
 from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
 from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
-from spade.selfplay import modes  # pylint: disable=g-import-not-at-top
 from spade.selfplay import play as play_lib  # pylint: disable=g-import-not-at-top
 from spade.train import lora  # pylint: disable=g-import-not-at-top
+from spade.train import modes  # pylint: disable=g-import-not-at-top
 from spade.train import state as state_lib  # pylint: disable=g-import-not-at-top
 
 ARMS = curriculum_config.ARMS
@@ -434,9 +434,7 @@ def run_arm(arm, seed, iterations, workdir, warm, overrides=()):
     start = {
         "win_probs": t.probs,
         "frontier": frontier(t.probs),
-        "level_probs": (
-            level_distribution(t) if modes.get(c).designs else None
-        ),
+        "level_probs": level_distribution(t) if modes.get(c).designs else None,
     }
     t.run()
   played = collections.Counter()

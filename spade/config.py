@@ -34,7 +34,7 @@ import ml_collections
 
 from spade.regret import delayed
 from spade.regret import estimators
-from spade.selfplay import modes
+from spade.train import modes
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -701,7 +701,7 @@ _CHOICES = {
 def choices() -> dict[str, tuple[str, ...]]:
   """Every key with a fixed set of values -> its allowed values: `_CHOICES`
   and the names registered beside their code (estimators and window rewards
-  in `spade.regret`, modes in `spade.selfplay.modes`), read when asked so a
+  in `spade.regret`, modes in `spade.train.modes`), read when asked so a
   name registered after import is allowed too."""
   return {
       **_CHOICES,

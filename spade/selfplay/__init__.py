@@ -4,7 +4,6 @@
 checkpoints); this package drives it: the typed records of one iteration
 (`records`), the policy that samples and updates (`engine`), the environment
 executor, the loop state (`state`: grounding, memory, replay, the window),
-the train modes (`modes`), batching of sampled
-tokens into update rows, multi-host exchange, metrics and the loop itself.
+batching of sampled tokens into update rows, multi-host exchange, metrics and the loop itself.
 Submodules are imported where used, so importing the package stays cheap.
 """

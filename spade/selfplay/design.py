@@ -24,9 +24,9 @@ from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.designer import skills as skills_lib
 from spade.environments import audit as audit_lib
-from spade.selfplay import modes
 from spade.selfplay import records
 from spade.selfplay.seeding import seed_for
+from spade.train import modes
 
 
 @dataclasses.dataclass(frozen=True)

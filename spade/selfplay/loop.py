@@ -39,7 +39,7 @@ goes in, a new one comes out, and each phase takes records
      state (train state + loop state) every `train.checkpoint_every`
      iterations.
 
-`train.mode` (`spade.selfplay.modes`): "fixed_pool" is the baseline, no
+`train.mode` (`spade.train.modes`): "fixed_pool" is the baseline, no
 designer, the agent plays the programs of `train.pool_dir` (or the seed
 library) with the same compute; "adaptive" plays a levelled family
 (`train.family`) at each environment's sliding-window level, unhinted
@@ -70,13 +70,13 @@ from spade.selfplay import design as design_lib
 from spade.selfplay import engine as engine_lib
 from spade.selfplay import executor as executor_lib
 from spade.selfplay import metrics as metrics_lib
-from spade.selfplay import modes
 from spade.selfplay import play as play_lib
 from spade.selfplay import records
 from spade.selfplay import report
 from spade.selfplay import score as score_lib
 from spade.selfplay import state as state_lib
 from spade.train import checkpoints
+from spade.train import modes
 
 PROGRAMS_DIR = "programs"
 # One JSON line per episode played in an iteration (`train.save_episodes`).

@@ -29,10 +29,10 @@ from spade import console
 from spade.agent import rollout
 from spade.environments import library
 from spade.selfplay import adaptive
-from spade.selfplay import modes
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay.seeding import seed_for
+from spade.train import modes
 
 
 def pool_programs(

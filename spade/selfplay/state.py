@@ -43,8 +43,8 @@ from spade.memory import dedup
 from spade.memory import fifo as fifo_lib
 from spade.regret import delayed
 from spade.selfplay import adaptive
-from spade.selfplay import modes
 from spade.selfplay import multihost
+from spade.train import modes
 
 
 # The seed library's categories as the games recipe's skills

@@ -10,7 +10,9 @@
               sliding-window level, unhinted (`spade.selfplay.adaptive`).
 
 `spade.config` reads the allowed names from `names()`; a new mode is one
-`Mode` and one `register` call.
+`Mode` and one `register` call. The loop (`spade.selfplay`) reads a mode's
+fields. It lives here, under the config key's section and beside nothing
+it imports, so that the config reads it without importing the loop.
 """
 
 from __future__ import annotations
