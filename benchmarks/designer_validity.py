@@ -59,6 +59,7 @@ from spade.designer import examples
 from spade.designer import extract
 from spade.designer import prompts as designer_prompts
 from spade.environments import library
+from spade.environments import sandboxes
 from spade.memory import dedup
 from spade.model import layout
 from spade.model import loading
@@ -66,7 +67,6 @@ from spade.model import tokenizer as tokenizer_lib
 from spade.model import transformer
 from spade.sampling import slot_engine
 from spade.sampling import slot_server
-from spade.sandbox import pool as pool_lib
 from spade.selfplay import state as state_lib
 from spade.selfplay import design as design_lib
 from spade.selfplay import engine as engine_lib
@@ -282,7 +282,7 @@ def main(argv=None) -> None:
     os.makedirs(args.save_dir, exist_ok=True)
   todo = list(range(n))
   prompts = [ids for ids, _, _, _ in items]
-  with pool_lib.SandboxPool.from_config(c.sandbox) as pool:
+  with sandboxes.from_config(c.sandbox) as pool:
     for attempt in range(max(1, c.designer.max_attempts)):
       if not todo:
         break

@@ -220,10 +220,11 @@ display(Code(source, language="python"))
 """
 
 PLAY = """\
+from spade.environments import sandboxes
 from spade.sandbox import pool as pool_lib
 
 TURNS = 12
-with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
+with sandboxes.from_config(config.sandbox) as pool:
   handle = pool.create(source)
   observation, info = pool.reset(handle, seed=0)
   print("observation:", observation[:400])

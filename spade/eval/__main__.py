@@ -22,7 +22,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from spade import main as main_lib
+from spade import cli
 from spade.eval import registry
 from spade.eval import runner
 
@@ -98,9 +98,9 @@ def evaluate_workdir(
   model = responder_lib.ModelResponder(config, params, seed=config.seed)
   log = lambda line: print(line, flush=True)
   if suite.needs_pool:
-    from spade.sandbox import pool as pool_lib  # pylint: disable=g-import-not-at-top
+    from spade.environments import sandboxes  # pylint: disable=g-import-not-at-top
 
-    with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
+    with sandboxes.from_config(config.sandbox) as pool:
       result = suite.run(model, num_examples=num_examples, pool=pool, log=log)
   else:
     result = suite.run(model, num_examples=num_examples, log=log)
@@ -112,7 +112,7 @@ def evaluate_workdir(
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  config = main_lib.load_config()
+  config = cli.load_config()
   if _SUITE.value is None:
     _fail(f"--suite is required: one of {sorted(registry.SUITES)}")
   num_examples = _NUM_EXAMPLES.value
@@ -136,4 +136,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=main_lib.parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -153,7 +153,7 @@ class SingleTurnSuite:
     if self.needs_pool and pool is None:
       raise EvalError(
           f"suite {self.name!r} executes code and needs a SandboxPool"
-          " (spade.sandbox.SandboxPool.from_config(config.sandbox))"
+          " (spade.environments.sandboxes.from_config(config.sandbox))"
       )
     items = self.items(num_examples)
     replies = responder.respond([self.prompt(item) for item in items])

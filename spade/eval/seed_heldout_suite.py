@@ -94,7 +94,7 @@ class SeedHeldoutSuite:
     if pool is None:
       raise registry.EvalError(
           "seed_heldout plays environments in the sandbox: pass a SandboxPool"
-          " (spade.sandbox.SandboxPool.from_config(config.sandbox))"
+          " (spade.environments.sandboxes.from_config(config.sandbox))"
       )
     specs = self.episodes(num_examples)
     episodes, _ = rollout.run_episodes(

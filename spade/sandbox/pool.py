@@ -38,7 +38,6 @@ import time
 import weakref
 from typing import Any
 
-from spade.environments import budget
 from spade.sandbox import backends
 from spade.sandbox import runsc
 from spade.sandbox import sweep
@@ -129,50 +128,6 @@ class SandboxPool:
       self.close()
       raise
     _OPEN_POOLS.add(self)
-
-  @classmethod
-  def from_config(cls, sandbox_config) -> "SandboxPool":
-    """Builds a pool from `config.sandbox` (see spade/config.py).
-
-    The load, call and validation deadlines are `sandbox.budgets`' (the
-    reference's by default, `spade.environments.budget.BUDGETS`), each
-    replaced by its key when that is > 0.
-    """
-    c = sandbox_config
-    limits = budget.resolve(
-        c.get("budgets", budget.DEFAULT),
-        call_timeout_s=c.get("call_timeout_s", 0.0),
-        validate_timeout_s=c.get("validate_timeout_s", 0.0),
-        load_timeout_s=c.get("step_timeout_s", 0.0),
-    )
-    kwargs = dict(
-        backend=c.backend,
-        num_sandboxes=c.num_sandboxes,
-        step_timeout_s=limits.load_timeout_s,
-        call_timeout_s=limits.call_timeout_s,
-        validate_timeout_s=limits.validate_timeout_s,
-        memory_mb=c.memory_mb,
-    )
-    optional = (
-        "host_grace_s",
-        "max_envs_per_sandbox",
-        "max_age_s",
-        "max_host_tasks",
-        "warm_spare",
-        "preload",
-        "tmpfs_mb",
-        "sandbox_memory_mb",
-        "nproc",
-        "max_parallel",
-        "spare_envs",
-        "call_output_cap_bytes",
-    )
-    for key in optional:
-      if key in c:
-        kwargs[key] = c[key]
-    if "runsc_path" in c and c.runsc_path:
-      kwargs["runsc_path"] = c.runsc_path
-    return cls(**kwargs)
 
   # --- set-up ---
 

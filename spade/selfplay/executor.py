@@ -14,6 +14,7 @@ import jax
 import ml_collections
 
 from spade.agent import rollout
+from spade.environments import sandboxes
 from spade.environments import validator as validator_lib
 from spade.sandbox import pool as pool_lib
 from spade.selfplay import multihost
@@ -31,7 +32,7 @@ class Executor:
   def pool(self) -> pool_lib.SandboxPool:
     """The sandbox pool, started on first use (sandboxes take seconds)."""
     if self._pool is None:
-      self._pool = pool_lib.SandboxPool.from_config(self.config.sandbox)
+      self._pool = sandboxes.from_config(self.config.sandbox)
     return self._pool
 
   def validate(self, codes: list[str]) -> list[records.Verdict]:

@@ -309,7 +309,7 @@ def test_hint_messages_carry_anti_leak_rules_and_the_code():
 
 
 def test_example_programs_validate_in_the_sandbox():
-  from spade.sandbox import pool as pool_lib  # pylint: disable=g-import-not-at-top
+  from spade.environments import sandboxes  # pylint: disable=g-import-not-at-top
 
   codes = [examples.BY_FAMILY[f] for f in skills.FAMILIES]
   # Each example must be exactly what the designer's reply is parsed into.
@@ -325,7 +325,7 @@ def test_example_programs_validate_in_the_sandbox():
   # example past the default per-call budget; validity is what is checked.
   if "call_timeout_s" in sandbox:
     sandbox.call_timeout_s = 5.0
-  with pool_lib.SandboxPool.from_config(sandbox) as pool:
+  with sandboxes.from_config(sandbox) as pool:
     verdicts = pool.validate(codes)
   for family, verdict in zip(skills.FAMILIES, verdicts):
     assert verdict["valid"], (family, verdict.get("reason"), verdict)

@@ -4,7 +4,7 @@ import pytest
 
 from spade import config as config_lib
 from spade.environments import budget
-from spade.sandbox import pool as pool_lib
+from spade.environments import sandboxes
 
 
 def test_reference_budgets_are_the_reference_limits():
@@ -34,7 +34,7 @@ def test_pool_from_config_takes_the_named_budgets(
   config.sandbox.preload = ()
   config.sandbox.warm_spare = False
   config_lib.validate(config)
-  with pool_lib.SandboxPool.from_config(config.sandbox) as pool:
+  with sandboxes.from_config(config.sandbox) as pool:
     o = pool.options
     assert (o.call_timeout_s, o.step_timeout_s, o.validate_timeout_s) == (
         call_s,

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from spade import config as config_lib
+from spade.environments import sandboxes
 from spade.sandbox import SandboxError
 from spade.sandbox import SandboxPool
 from tests.sandbox.conftest import PROBE
@@ -344,7 +345,7 @@ def test_config_default_is_gvisor_and_from_config_builds_a_pool():
   config.sandbox.preload = ()
   config.sandbox.warm_spare = False
   config_lib.validate(config)
-  with SandboxPool.from_config(config.sandbox) as pool:
+  with sandboxes.from_config(config.sandbox) as pool:
     assert pool.options.backend == "none" and pool.options.num_sandboxes == 1
     assert probe(pool, "result = 6 * 7")["obs"] == "42"
 
