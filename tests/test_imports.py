@@ -1,10 +1,18 @@
-"""No two modules of `spade` import each other, directly or through others.
+"""No two modules of `spade`, and no two of its folders, import each other.
 
 The imports are read with `ast`, not by importing: every `import` statement
 counts, at module level and inside functions, since a function-level import
 is how a cycle hides (it works until someone moves it to the top). `from
 package import name` counts as importing `package.name` when that is a
 module, and `package` otherwise.
+
+Folders: `spade/X/...` is the folder `spade.X` and a top-level module
+(`spade.main`, `spade.config`) a folder of its own; a folder imports
+another when any of its modules does, so dependencies between folders run
+one way, as docs/architecture.md draws them.
+
+The iteration (`spade.selfplay.loop.iteration`) stays 70 lines or fewer:
+the phases hold the detail.
 """
 
 import ast
@@ -130,6 +138,24 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
   raise AssertionError(f"no cycle found in component {sorted(component)}")
 
 
+def folder(module: str) -> str:
+  """The folder a module belongs to: `spade.X` (a top-level module is its
+  own)."""
+  return ".".join(module.split(".")[:2])
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+  """Folder -> the other folders its modules import (`spade` itself, the
+  package's `__init__`, is no folder)."""
+  out = {folder(m): set() for m in graph if m != _PACKAGE}
+  for module, targets in graph.items():
+    if module == _PACKAGE:
+      continue
+    others = {folder(t) for t in targets if t != _PACKAGE}
+    out[folder(module)] |= others - {folder(module)}
+  return out
+
+
 def test_finds_a_cycle_through_a_function_level_import(tmp_path):
   """The walker sees `from pkg import mod` inside a function as an edge."""
   pkg = tmp_path / "pkg"
@@ -160,3 +186,45 @@ def test_no_import_cycles():
         "import cycles in spade/ (function-level imports count):\n"
         + "\n".join("  " + " -> ".join(cycle) for cycle in cycles)
     )
+
+
+def test_folder_graph_joins_modules_into_folders():
+  graph = {
+      "spade": set(),
+      "spade.a.x": {"spade.b.y", "spade.a.z", "spade"},
+      "spade.a.z": set(),
+      "spade.b.y": {"spade.main"},
+      "spade.main": {"spade.a.z"},
+  }
+  assert folder_graph(graph) == {
+      "spade.a": {"spade.b"},
+      "spade.b": {"spade.main"},
+      "spade.main": {"spade.a"},
+  }
+  assert find_cycles(folder_graph(graph)) == [
+      ["spade.a", "spade.b", "spade.main", "spade.a"]
+  ]
+
+
+def test_no_folder_cycles():
+  """No folder of spade/ reaches itself through its modules' imports."""
+  graph = folder_graph(import_graph())
+  assert {"spade.selfplay", "spade.sampling", "spade.main"} <= set(graph)
+  cycles = find_cycles(graph)
+  if cycles:
+    pytest.fail(
+        "folder cycles in spade/ (function-level imports count):\n"
+        + "\n".join("  " + " -> ".join(cycle) for cycle in cycles)
+    )
+
+
+def test_the_iteration_fits_seventy_lines():
+  """`iteration`, signature and docstring included, is at most 70 lines."""
+  path = _ROOT / _PACKAGE / "selfplay" / "loop.py"
+  (fn,) = [
+      node
+      for node in ast.parse(path.read_text(), str(path)).body
+      if isinstance(node, ast.FunctionDef) and node.name == "iteration"
+  ]
+  lines = fn.end_lineno - fn.lineno + 1
+  assert lines <= 70, f"spade/selfplay/loop.py: iteration is {lines} lines"
