@@ -259,6 +259,56 @@ def _nucleus(sorted_desc: Array, top_p: Array) -> Array:
   return before < top_p
 
 
+def prefill_chunks(
+    tokens_to_logits: Callable[..., tuple[Array, Any]],
+    params,
+    tokens: Array,
+    positions: Array,
+    mask: Array,
+    cache,
+    offset,
+    *,
+    chunk: int,
+    stop: int,
+    first=0,
+    start: int = 0,
+    logits: Array | None = None,
+) -> tuple[Array, Any]:
+  """Feeds chunks `first` to `stop` of the columns into the cache, in a loop.
+
+  Chunk i is the columns [start + i * chunk, start + (i + 1) * chunk) of
+  `tokens`, `positions` and `mask` ([rows, columns] each), column j written
+  at cache time `offset + j`. The loop carries the cache, so the program
+  does not grow with the prompt. Returns the last chunk's logits and the
+  cache; `logits` is the loop's first carry (zeros of the logits' type when
+  None, for a loop that runs at least once). Both the lock-step sampler
+  (`Sampler.prefill`) and the slot engine's prefill-insert prefill through
+  it.
+  """
+
+  def one(i, carry):
+    _, cache = carry
+    at = start + i * chunk if start else i * chunk
+
+    def cols(x):
+      return jax.lax.dynamic_slice_in_dim(x, at, chunk, axis=1)
+
+    return tokens_to_logits(
+        params, cols(tokens), cols(positions), cols(mask), cache, offset + at
+    )
+
+  if logits is None:  # the loop's carry needs the logits' type
+    logits = jax.eval_shape(
+        lambda c: tokens_to_logits(
+            params, tokens[:, :chunk], positions[:, :chunk], mask[:, :chunk],
+            c, jnp.asarray(offset, jnp.int32),
+        )[0],
+        cache,
+    )  # fmt: skip
+    logits = jnp.zeros(logits.shape, logits.dtype)
+  return jax.lax.fori_loop(first, stop, one, (logits, cache))
+
+
 def sample_logits(
     key: Array,
     logits: Array,
@@ -627,8 +677,9 @@ class Sampler:
     """Writes the prompts into the cache, `prefill_chunk` columns at a time.
 
     The columns before the last whole chunks (mostly left padding) go first,
-    then a loop over the whole chunks carries the cache, so the program does
-    not grow with the prompt and attention scores stay [rows, chunk, cache].
+    then a loop over the whole chunks carries the cache (`prefill_chunks`),
+    so the program does not grow with the prompt and attention scores stay
+    [rows, chunk, cache].
     """
     length = prompts.shape[1]
     chunk = self.prefill_chunk if self.prefill_chunk > 0 else length
@@ -641,29 +692,10 @@ class Sampler:
       )  # fmt: skip
     if not n:
       return logits, cache
-
-    def one(i, carry):
-      _, cache = carry
-      start = head + i * chunk
-
-      def cols(x):
-        return jax.lax.dynamic_slice_in_dim(x, start, chunk, axis=1)
-
-      return self.tokens_to_logits(
-          params, cols(prompts), cols(positions), cols(input_mask), cache,
-          offset + start,
-      )  # fmt: skip
-
-    if logits is None:  # the loop's carry needs the logits' type
-      logits = jax.eval_shape(
-          lambda c: self.tokens_to_logits(
-              params, prompts[:, :chunk], positions[:, :chunk],
-              input_mask[:, :chunk], c, jnp.int32(offset),
-          )[0],
-          cache,
-      )  # fmt: skip
-      logits = jnp.zeros(logits.shape, logits.dtype)
-    return jax.lax.fori_loop(0, n, one, (logits, cache))
+    return prefill_chunks(
+        self.tokens_to_logits, params, prompts, positions, input_mask, cache,
+        offset, chunk=chunk, stop=n, start=head, logits=logits,
+    )  # fmt: skip
 
   def _generate(
       self,

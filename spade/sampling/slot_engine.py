@@ -481,27 +481,10 @@ class SlotEngine:
     # steps.
     offset = clock - c if whole else window - c
 
-    def one(i, carry):
-      _, cache = carry
-      at = i * chunk
-
-      def cols(x):
-        return jax.lax.dynamic_slice_in_dim(x, at, chunk, axis=1)
-
-      return self.tokens_to_logits(
-          params, cols(tokens), cols(positions), cols(mask), cache,
-          offset + at,
-      )  # fmt: skip
-
-    logits = jax.eval_shape(
-        lambda cc: self.tokens_to_logits(
-            params, tokens[:, :chunk], positions[:, :chunk],
-            mask[:, :chunk], cc, clock,
-        )[0],
-        cache,
+    logits, cache = sampler_lib.prefill_chunks(
+        self.tokens_to_logits, params, tokens, positions, mask, cache, offset,
+        chunk=chunk, first=first, stop=c // chunk,
     )  # fmt: skip
-    logits = jnp.zeros(logits.shape, logits.dtype)
-    logits, cache = jax.lax.fori_loop(first, c // chunk, one, (logits, cache))
     ring = (w0 + steps) % c
 
     def insert(x_state, x_new, spec, t):
