@@ -8,10 +8,26 @@ stores (grounding corpus, archive with its replay buffer, prompt FIFO).
 `spade.selfplay.loop.iteration` returns a new one (`dataclasses.replace`);
 no phase assigns to it.
 
-The stores are objects with their own checkpointed state: the design phase
-reads documents and examples and archives its programs through them, the
-play phase draws replays, and the iteration records the window's stats in
-them. Everything else here is a value.
+Everything here is a value, replaced and never changed, except the three
+stores, which change in place through these methods:
+
+  corpus   `documents` moves its cursor (the design phase).
+  fifo     `examples` draws from its random generator (the design phase);
+           `remember_regeneration` adds a regeneration's designs (the
+           iteration).
+  archive  `archive_add` archives a design (the design phase); `replay`
+           draws replays and resets their staleness (the play phase,
+           `play.environments`); `remember_window` records a closing
+           window's stats (the iteration). `examples` and `mutation_parent`
+           only read it.
+
+They stay mutable: the archive holds its entries, their MinHash signatures
+and the replay buffer's arrays, which a copy per change would copy whole,
+and the corpus and the FIFO are streams whose every draw advances a cursor
+or a random generator. A state made by `replace` shares the three objects
+with the one it came from, so an earlier state is no snapshot of them: use
+the latest (the one the checkpoint saves). `restored` loads a checkpoint
+into the stores of the new state it is called on.
 
 All of it is identical on every process (every process makes the same calls
 in the same order), saved whole as one JSON item in the checkpoint
