@@ -3,10 +3,9 @@
 `state, metrics = iteration(config, engine, executor, state, it)` runs one
 iteration (see docs/architecture.md): the loop state
 (`spade.selfplay.state.LoopState`) goes in, a new one comes out, and each
-phase takes records
-(`spade.selfplay.records`) and returns records; none assigns to the state
-(the memory's stores change in place, through the state's methods:
-`spade.selfplay.state` lists which):
+phase takes records (`spade.selfplay.records`) and returns records; none
+assigns to the state (the memory's stores change in place, through the
+state's methods: `spade.selfplay.state` lists which):
 
   1. pool      a new window: grounding documents + memory examples ->
                prompts -> programs (designer head) -> `Verdict`s from the
