@@ -6,7 +6,7 @@ Runs the real loop (designer sampling, gVisor validation, multi-turn agent
 rollouts, the update) in a temporary workdir. The first iteration includes
 compilation, so the figures are taken from the last one. Prints per-phase
 seconds and how much of the sandbox time was hidden behind sampling (the
-rollout engine steps one half of the episodes while sampling the other);
+rollout steps one half of the episodes while sampling the other);
 the last line is key=value pairs: iteration_s, sampling_s, sandbox_s,
 rollout_sandbox_s, sandbox_hidden_s, hidden_frac, update_s, the prompt
 tokens the slot servers took in (`prefill_tokens`, every prompt whole) and
@@ -15,7 +15,7 @@ another slot's shared prefix (`prefill_tokens_saved`), the tokens
 the update scores per episode of T = 1, 5 and 25 turns with one row per
 episode (`scored_tokens_per_episode_tT`) and with one row per turn
 (`per_turn_tokens_per_episode_tT`), measured on episodes played by the real
-rollout engine in the byte chat format (32-token replies, 64-character
+rollout in the byte chat format (32-token replies, 64-character
 observations). `--rows_only` prints only those.
 """
 

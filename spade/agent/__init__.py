@@ -1,1 +1,1 @@
-"""The Reasoning Agent: prompts and the batched multi-turn rollout engine."""
+"""The Reasoning Agent: prompts and the batched multi-turn rollout."""

@@ -1,4 +1,4 @@
-"""The multi-turn rollout engine: every episode of an iteration to its end.
+"""The multi-turn rollout: every episode of an iteration to its end.
 
 One loop (`run_episodes`) over one interface (`TurnServer`): every episode
 is an independent request; its next turn is queued as soon as its reply has

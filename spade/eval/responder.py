@@ -1,7 +1,7 @@
 """The model-backed `Responder`: the agent head of the shared transformer.
 
 Prompts are rendered in the checkpoint's chat format (the tokenizer's
-`chat_prompt`) and cut to the agent's prompt budget by the rollout engine's
+`chat_prompt`) and cut to the agent's prompt budget by the rollout's
 own rule (`spade.agent.prompts.truncate_messages`), so the agent is evaluated
 on prompts built the way it is trained on. Sampling uses the compiled
 sampler through the one front end, `spade.sampling.text.TextGenerator`, with

@@ -5,7 +5,7 @@ The environments are the seed library's programs flagged `heldout=True`
 Episode i plays program i % P (P held-out programs) with seed
 `config.eval.seed + i // P`, without a hint, for at most `config.eval.max_turns`
 turns (0: `config.agent.max_turns`). The episodes are played by the training
-rollout engine (`spade.agent.rollout.run_episodes` over a `PoolExecutor`):
+rollout (`spade.agent.rollout.run_episodes` over a `PoolExecutor`):
 the same prompts, the same truncation rule, tool calls through
 `execute_tool`, one `respond` call per turn for all live episodes.
 
@@ -130,7 +130,7 @@ class SeedHeldoutSuite:
 
 
 class _ResponderSampler:
-  """The rollout engine's token sampler over a suite's `Responder`.
+  """The rollout's token sampler over a suite's `Responder`.
 
   The rollout renders and truncates each prompt with `render`; this maps the
   ids back to the chat messages they came from and asks the responder, so

@@ -64,7 +64,7 @@ class SandboxPool:
   """Runs environment programs in a few long-lived sandboxes.
 
   Use as a context manager, or call `close()`. Not thread-safe across public
-  calls on purpose: one lock serialises them (the rollout engine batches).
+  calls on purpose: one lock serialises them (the rollout batches).
 
   Attributes:
     options: the `PoolOptions` it runs with.

@@ -334,7 +334,7 @@ class Engine:
       top_k: int = 0,
       top_p: float = 1.0,
   ) -> slot_server.TextServer:
-    """The rollout engine's `TurnServer` for the agent head: a fresh slot
+    """The rollout's `TurnServer` for the agent head: a fresh slot
     server over the current params (`slot_engine`); an episode's turn
     continues its slot's cache while the slot still holds its history
     (`config.agent.carry_cache`).

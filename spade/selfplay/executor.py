@@ -50,7 +50,7 @@ class Executor:
     return [records.Verdict.from_dict(merged[i]) for i in range(len(codes))]
 
   def episodes(self) -> rollout.PoolExecutor:
-    """The rollout engine's `StepExecutor` over this pool."""
+    """The rollout's `StepExecutor` over this pool."""
     return rollout.PoolExecutor(
         self.pool,
         process_index=jax.process_index(),

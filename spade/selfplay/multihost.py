@@ -7,7 +7,7 @@ archive.
 
 The exchange goes through the key-value store of JAX's own coordination
 service (the one `jax.distributed.initialize` starts), not through a device
-collective: the rollout engine steps environments in a worker thread while
+collective: the rollout steps environments in a worker thread while
 the main thread runs the sampler's collectives, and two threads issuing
 device collectives in different orders on different processes deadlock. Each
 call site passes a `tag`; calls with the same tag are matched in order, so

@@ -1,4 +1,4 @@
-"""The rollout engine: turns, termination, hints, errors, truncation, overlap."""
+"""The rollout: turns, termination, hints, errors, truncation, overlap."""
 
 import time
 
