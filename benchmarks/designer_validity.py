@@ -4,9 +4,9 @@ Samples `--designs` programs from the designer head of `--config` (default
 Qwen2.5-Coder-0.5B-Instruct) with the designer prompts the loop builds at a
 run's start: one grounding document per prompt from `config.grounding`
 (none when grounding is off), (family, skill, difficulty) from
-`spade.designer.prompts.pick_prompt`, and the memory examples the reference's
-retrieval shows from `memory.seed_dir` (none with an empty memory, as at a
-run's start without it). Sampling runs through the slot engine the loop uses
+`spade.designer.design_prompts.pick_prompt`, and the memory examples the
+reference's retrieval shows from `memory.seed_dir` (none with an empty memory,
+as at a run's start without it). Sampling runs through the slot engine the loop uses
 (`config.sampling.*`; a finished design frees its slot for the next). Each
 program is extracted (`extract.extract_code`) and validated in the sandbox
 pool of `config.sandbox` (gVisor by default); a design still invalid is
@@ -55,9 +55,9 @@ import numpy as np
 
 from spade import config as config_lib
 from spade import console
+from spade.designer import design_prompts
 from spade.designer import examples
 from spade.designer import extract
-from spade.designer import prompts as designer_prompts
 from spade.environments import library
 from spade.environments import sandboxes
 from spade.memory import dedup
@@ -129,7 +129,7 @@ def designer_prompts_for(config, renderer, state, n: int, seed: int, it: int):
   docs = state.documents(n) if state.corpus is not None else [None] * n
   out = []
   for i, doc in enumerate(docs):
-    spec = designer_prompts.pick_prompt(
+    spec = design_prompts.pick_prompt(
         c.designer, iteration=it, index=i, seed=seed
     )
     shown = tuple(state.examples(doc, c.memory.num_examples, spec.skill))
@@ -234,7 +234,7 @@ def main(argv=None) -> None:
       c, renderer, state, args.designs, args.seed, args.iteration
   )
   families = collections.Counter(
-      designer_prompts.effective_family(spec.family, doc)
+      design_prompts.effective_family(spec.family, doc)
       for _, spec, doc, _ in items
   )
   lengths = [len(ids) for ids, _, _, _ in items]
@@ -338,7 +338,7 @@ def main(argv=None) -> None:
       message = " ".join(str(verdict.get("message", "")).split())[:160]
       print(
           f"design {k:2d}"
-          f" {designer_prompts.effective_family(spec.family, doc)}"
+          f" {design_prompts.effective_family(spec.family, doc)}"
           f"/{spec.skill}/{spec.difficulty} examples={len(shown)}"
           f" attempts={attempts[k]} tokens={tokens[k]}{cut}:"
           f" {'VALID' if verdict.get('valid') else 'invalid'} [{reason}]"

@@ -274,7 +274,7 @@ def _tool_use(c):
   c.designer.max_new_tokens = 16384  # ENV_MAX_TOKENS (30b)
   c.designer.max_prompt_tokens = 32768 - 16384
   # The hint pass: value-free procedural hints for tool use
-  # (spade.designer.prompts.hint_messages), 2,048 tokens.
+  # (spade.designer.design_prompts.hint_messages), 2,048 tokens.
   c.designer.hint_max_new_tokens = 2048  # HINT_MAX_TOKENS=2048
   c.designer.hint_temperature = 0.3
   c.grounding.max_words = 4000  # --spade-corpus-max-doc-tokens 4000

@@ -72,7 +72,7 @@ from spade.model import transformer  # pylint: disable=g-import-not-at-top
 from spade.selfplay import batching  # pylint: disable=g-import-not-at-top
 from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
 from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
-from spade.selfplay import play as play_lib  # pylint: disable=g-import-not-at-top
+from spade.selfplay import play_phase  # pylint: disable=g-import-not-at-top
 from spade.train import lora  # pylint: disable=g-import-not-at-top
 from spade.train import modes  # pylint: disable=g-import-not-at-top
 from spade.train import state as state_lib  # pylint: disable=g-import-not-at-top
@@ -198,12 +198,12 @@ def mixed_share(scores) -> float:
 
 
 class _Counting:
-  """Wraps `play.play` to count each iteration's agent episodes and tokens
-  by arm (hinted or not); the loop itself is unchanged."""
+  """Wraps `play_phase.play` to count each iteration's agent episodes and
+  tokens by arm (hinted or not); the loop itself is unchanged."""
 
   def __init__(self):
     self.rows = []
-    self._play = play_lib.play
+    self._play = play_phase.play
 
   def __enter__(self):
     def counted(*args, **kwargs):
@@ -216,11 +216,11 @@ class _Counting:
       self.rows.append(dict(row))
       return episodes, stats
 
-    play_lib.play = counted
+    play_phase.play = counted
     return self
 
   def __exit__(self, *exc):
-    play_lib.play = self._play
+    play_phase.play = self._play
 
 
 class CurriculumTrainer(loop.Trainer):
@@ -253,7 +253,7 @@ class CurriculumTrainer(loop.Trainer):
   def _scripted_pool(self):
     """The fixed pool's program just above the measured frontier."""
     if self._full_pool is None:
-      self._full_pool = play_lib.pool_programs(
+      self._full_pool = play_phase.pool_programs(
           self.config, self.envs, library.train_programs()
       )
     target = min(frontier(self.probs) + 1, LEVELS[-1])

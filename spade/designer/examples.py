@@ -8,7 +8,8 @@ family; the single-turn and the corpus-grounded ones are written here in the
 same format and shown only with `designer.prompt_example="complete"` (ours),
 since the reference shows only an interface skeleton for them. They are kept as
 4-space-indented text, the style the models were trained on, and every one
-passes `python -m spade.environments.check` (tests/designer/test_prompts.py).
+passes `python -m spade.environments.check`
+(tests/designer/test_design_prompts.py).
 """
 
 SINGLE_TURN_GAME = r'''import random

@@ -6,7 +6,7 @@ recipe's two, the cognitive skills with their concept ideas
 (`spade/core/game_generator.py`), the multi-turn game ideas
 (`spade/core/prompts/template.py`), and the tool-use skills, difficulty
 texts, domains and task variants (`spade/core/prompts/tool_use_template.py`).
-`spade.designer.prompts` chooses among them and renders the messages.
+`spade.designer.design_prompts` chooses among them and renders the messages.
 """
 
 from __future__ import annotations

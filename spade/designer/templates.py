@@ -5,7 +5,7 @@ Ported from `spade-rl/spade` `spade/core/prompts/template.py`
 `corpus_template.py` (`generate_corpus_grounded_prompt`) and
 `tool_use_template.py` (`generate_tool_use_prompt`, `_V_MULTITURN_PROMPT`),
 rendered once and kept verbatim with `__NAME__` placeholders that
-`spade.designer.prompts` fills in, with the system prompts of its chat
+`spade.designer.design_prompts` fills in, with the system prompts of its chat
 templates and the hint pass's (`hint_generator.py`). Three changes, each
 marked by its placeholder: the single-turn and corpus-grounded prompts show
 only the reference's interface skeleton by default, and a complete example

@@ -16,7 +16,7 @@
 The state (records and the random generator's state) is JSON-able, so it is
 checkpointed with the rest of the curriculum (`state_dict`,
 `load_state_dict`). `Record` carries the attributes that
-`spade.designer.prompts.designer_messages` formats (`code`, `stats`,
+`spade.designer.design_prompts.designer_messages` formats (`code`, `stats`,
 `skill`, `name`, `negative`), so its examples go straight into a prompt.
 """
 
@@ -59,7 +59,7 @@ class Record:
 
   @property
   def stats(self) -> dict[str, float]:
-    """The form `designer.prompts` reads (`win_rate_nohint`, `regret`)."""
+    """The form `design_prompts` reads (`win_rate_nohint`, `regret`)."""
     return {"win_rate_nohint": self.win_rate, "regret": self.regret}
 
   @property

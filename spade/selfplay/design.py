@@ -20,8 +20,8 @@ import numpy as np
 
 from spade import config as config_lib
 from spade import console
+from spade.designer import design_prompts
 from spade.designer import extract
-from spade.designer import prompts as designer_prompts
 from spade.designer import skills as skills_lib
 from spade.environments import audit as audit_lib
 from spade.selfplay import records
@@ -69,7 +69,7 @@ def designer_prompt(
   examples = list(examples)
   while True:
     ids = engine.render(
-        designer_prompts.designer_messages(
+        design_prompts.designer_messages(
             doc,
             examples,
             parent,
@@ -130,7 +130,7 @@ def check_prompt_budget(config: ml_collections.ConfigDict, engine) -> None:
   for skill in skills:
     for difficulty in c.designer.difficulties:
       ids = engine.render(
-          designer_prompts.designer_messages(
+          design_prompts.designer_messages(
               doc,
               family=family,
               skill=skill,
@@ -185,7 +185,7 @@ def write_hints(
   outs = engine.sample(
       [
           fit(
-              engine.render(designer_prompts.hint_messages(codes[i])),
+              engine.render(design_prompts.hint_messages(codes[i])),
               budget,
               engine.tokenizer.bos_id,
           )
@@ -299,7 +299,7 @@ def _prompts(config, engine, state, it, count=None) -> list[_Row]:
     parent = None
     if mutate.random() < c.memory.mutation_fraction:
       parent = state.mutation_parent(seed_for(c.seed, it, g))
-    spec = designer_prompts.pick_prompt(
+    spec = design_prompts.pick_prompt(
         c.designer,
         iteration=it,
         index=g,

@@ -413,7 +413,7 @@ class Engine:
 
   def warm_start(self, seeds: Sequence[Any], steps: int) -> None:
     """Supervised stage: designer learns prompt -> program, agent solutions."""
-    from spade.designer import prompts as designer_prompts  # pylint: disable=g-import-not-at-top
+    from spade.designer import design_prompts  # pylint: disable=g-import-not-at-top
 
     c = self.config
     if c.train.warm_start_dir:
@@ -422,7 +422,7 @@ class Engine:
       )
     designer_rows, agent_rows = [], []
     for seed in seeds:
-      prompt = self.render(designer_prompts.designer_messages(None))
+      prompt = self.render(design_prompts.designer_messages(None))
       designer_rows.append(
           batching.Row(prompt, self.tokenizer.encode(seed.source), [], 1.0)
       )
@@ -500,7 +500,7 @@ def _folder_rows(engine: Engine, folder: str) -> list[batching.Row]:
   import glob  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
 
-  from spade.designer import prompts as designer_prompts  # pylint: disable=g-import-not-at-top
+  from spade.designer import design_prompts  # pylint: disable=g-import-not-at-top
   from spade.selfplay import design as design_lib  # pylint: disable=g-import-not-at-top
 
   c = engine.config
@@ -509,7 +509,7 @@ def _folder_rows(engine: Engine, folder: str) -> list[batching.Row]:
     raise FileNotFoundError(
         f"config.train.warm_start_dir={folder!r} holds no *.py programs"
     )
-  spec = designer_prompts.pick_prompt(
+  spec = design_prompts.pick_prompt(
       c.designer,
       iteration=0,
       index=0,

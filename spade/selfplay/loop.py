@@ -13,13 +13,13 @@ state's methods: `spade.selfplay.state` lists which):
                replay keeps them) -> archived (near-duplicates rejected) ->
                `Design`s (`design.design`); then the `Environment`s (new
                valid designs, archive replays, the fixed pool or seed
-               programs, `play.environments` -> `Drawn`). Between
+               programs, `play_phase.environments` -> `Drawn`). Between
                regenerations the open window's pool, topped up to
                `designer.num_envs` by the same design phase, unhinted
                (`designer.top_up`, the reference's).
   2. play      K episodes without and, at regeneration, K with the hint per
                environment, all advancing together -> `Episode`s
-               (`play.play`); their returns f32[E, K, 2] become the
+               (`play_phase.play`); their returns f32[E, K, 2] become the
                window's next step, R[E, S, K, 2] (`Window.with_plays`).
   3. score     the window -> `Scores` in one jitted call
                (`score.score`, `spade.regret.scoring`): the agent's
@@ -72,7 +72,7 @@ from spade.selfplay import design as design_lib
 from spade.selfplay import engine as engine_lib
 from spade.selfplay import executor as executor_lib
 from spade.selfplay import metrics as metrics_lib
-from spade.selfplay import play as play_lib
+from spade.selfplay import play_phase
 from spade.selfplay import records
 from spade.selfplay import report
 from spade.selfplay import score as score_lib
@@ -137,7 +137,7 @@ def iteration(
   c, t_start, prefill = config, time.perf_counter(), engine.prefill_counts()
   designed, window, levels, state = _pool(c, engine, executor, state, it)
   envs = list(window.envs)
-  episodes, stats = play_lib.play(
+  episodes, stats = play_phase.play(
       c, engine, executor, it, envs, hinted_arm=window.start == it,
       skip=state.hung_indices(envs),
   )  # fmt: skip
@@ -198,7 +198,7 @@ def _pool(config, engine, executor, state, it):
     return (*_top_up(config, engine, executor, state, it), [], state)
   if modes.get(config).designs:
     designed = design_lib.design(config, engine, executor, state, it)
-  drawn = play_lib.environments(config, state, it, designed.designs, executor)
+  drawn = play_phase.environments(config, state, it, designed.designs, executor)
   window = records.Window.open(it, drawn.envs, designed.designs)
   state = state.replace(pool_cursor=drawn.pool_cursor, pool=drawn.pool)
   return designed, window, drawn.levels, state
@@ -240,7 +240,7 @@ def _top_up(config, engine, executor, state, it):
   designed = design_lib.design(
       config, engine, executor, state, it, count=missing, hints=False
   )
-  envs = play_lib.top_up_environments(designed.designs)
+  envs = play_phase.top_up_environments(designed.designs)
   return designed, window.with_envs(envs)
 
 

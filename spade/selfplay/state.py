@@ -17,7 +17,7 @@ stores, which change in place through these methods:
            iteration).
   archive  `archive_add` archives a design (the design phase); `replay`
            draws replays and resets their staleness (the play phase,
-           `play.environments`); `remember_window` records a closing
+           `play_phase.environments`); `remember_window` records a closing
            window's stats (the iteration). `examples` and `mutation_parent`
            only read it.
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from spade.designer import design_prompts
 from spade.designer import extract
-from spade.designer import prompts
 
 
 def test_longest_class_prefers_block_with_class():
@@ -113,7 +113,7 @@ def test_designer_messages_carry_document_examples_and_contract():
     stats = {}
     verdict = {"valid": False, "reason": "reset", "message": "reset broke"}
 
-  messages = prompts.designer_messages(Doc(), [Example(), Failure()])
+  messages = design_prompts.designer_messages(Doc(), [Example(), Failure()])
   user = messages[1]["content"]
   assert messages[0]["role"] == "system"
   assert "Heap queue algorithm." in user

@@ -2,7 +2,7 @@
 
 import json
 
-from spade.designer import prompts
+from spade.designer import design_prompts
 from spade.memory import fifo
 
 
@@ -56,7 +56,7 @@ def test_negatives_of_the_skill_by_name_only():
       ("mid", False),
       ("game_00000_000_optimization", True),
   ]
-  user = prompts.designer_messages(None, examples)[1]["content"]
+  user = design_prompts.designer_messages(None, examples)[1]["content"]
   assert (
       "### Example 1 (skill: Optimization, win_rate: 0.50, regret: 0.30)"
       in (user)

@@ -3,7 +3,7 @@
 The reference's `play_games_async` plays a failed play again once (a hang
 never), and its `_hung_game_blacklist` keeps a game that hung from being
 played again (core/orchestrator.py). A fake policy and a fake sandbox (no
-model, no gVisor) drive the real `play.play` and `Trainer.iteration`.
+model, no gVisor) drive the real `play_phase.play` and `Trainer.iteration`.
 """
 
 import json
@@ -12,7 +12,7 @@ import types
 from spade import config as config_lib
 from spade.agent import rollout
 from spade.selfplay import loop
-from spade.selfplay import play as play_lib
+from spade.selfplay import play_phase
 from spade.selfplay import records
 from spade.selfplay import state as state_lib
 
@@ -85,7 +85,7 @@ class Programs:
 
 
 class Policy:
-  """What `play.play` and the loop ask of the engine."""
+  """What `play_phase.play` and the loop ask of the engine."""
 
   def __init__(self):
     self.tokenizer = types.SimpleNamespace(stop_ids=())
@@ -139,7 +139,7 @@ def _envs(*sources):
 
 
 def _play(c, programs, sources, hinted_arm=False, skip=()):
-  return play_lib.play(
+  return play_phase.play(
       c, Policy(), programs, 0, _envs(*sources), hinted_arm, skip=skip
   )
 
@@ -216,7 +216,7 @@ class _Run:
     self.config = c
     self.engine = Policy()
     self.envs = Programs()
-    pool = play_lib.pool_programs(
+    pool = play_phase.pool_programs(
         c, self.envs, [types.SimpleNamespace(name=s, source=s) for s in seeds]
     )
     self.state = state_lib.LoopState.create(c).replace(pool=tuple(pool))

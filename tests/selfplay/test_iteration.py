@@ -16,7 +16,7 @@ from spade.regret import scoring
 from spade.selfplay import batching
 from spade.selfplay import design as design_lib
 from spade.selfplay import loop
-from spade.selfplay import play as play_lib
+from spade.selfplay import play_phase
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay import state as state_lib
@@ -143,7 +143,7 @@ def _design(t, it=0):
 
 
 def _environments(t, it, designs):
-  return play_lib.environments(t.config, t.state, it, designs, t.envs).envs
+  return play_phase.environments(t.config, t.state, it, designs, t.envs).envs
 
 
 def _score(config, designs, envs, episodes):
@@ -454,7 +454,7 @@ def test_a_regenerated_pool_is_played_over_its_window_and_scored_from_all_of_it(
           eps.append(_episode(e, k, True, [1.0]))
     return eps, rollout.RolloutStats()
 
-  monkeypatch.setattr(play_lib, "play", play)
+  monkeypatch.setattr(play_phase, "play", play)
   first = t.state
   m0 = t.iteration(0)
   assert t.state.window is not None and m0["designer/window_closed"] == 0.0
@@ -504,7 +504,7 @@ def test_the_last_iteration_flushes_an_open_window_and_delayed_rows(
           eps.append(_episode(e, k, True, [1.0]))
     return eps, rollout.RolloutStats()
 
-  monkeypatch.setattr(play_lib, "play", play)
+  monkeypatch.setattr(play_phase, "play", play)
   assert c.optim.flush_designer_rows  # the default
   trained = {}
   for flush in (True, False):
@@ -543,7 +543,7 @@ def test_the_update_batch_is_shaped_to_the_global_batch(monkeypatch):
           eps.append(_episode(e, k, True, [1.0]))
     return eps, rollout.RolloutStats()
 
-  monkeypatch.setattr(play_lib, "play", play)
+  monkeypatch.setattr(play_phase, "play", play)
   for size, want in (
       (4, dict(trimmed=2, duplicated=0, real=4, copies=[1, 1])),
       (10, dict(trimmed=0, duplicated=4, real=10, copies=[2, 2, 2, 2])),

@@ -16,7 +16,7 @@ from spade import config as config_lib
 from spade.agent import episodes as episodes_lib
 from spade.agent import rollout
 from spade.selfplay import loop
-from spade.selfplay import play as play_lib
+from spade.selfplay import play_phase
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay import state as state_lib
@@ -120,9 +120,9 @@ def _episode(env, k, hinted, reward, failure=None):
 
 
 class Plays:
-  """`play.play`'s stand-in: records what each iteration played; play k of
-  every environment wins for k = 0 only; play 1 of the environments whose
-  indices are in `hangs` runs past its budget."""
+  """`play_phase.play`'s stand-in: records what each iteration played; play
+  k of every environment wins for k = 0 only; play 1 of the environments
+  whose indices are in `hangs` runs past its budget."""
 
   def __init__(self, hangs=()):
     self.calls = []
@@ -163,7 +163,7 @@ def test_a_short_pool_is_topped_up_and_the_new_games_are_played_unhinted(
   assert c.designer.top_up  # the reference's
   engine, plays = Designer([True, False, True, False, True, False]), Plays()
   assert c.designer.regeneration_interval == 5  # one window throughout
-  monkeypatch.setattr(play_lib, "play", plays)
+  monkeypatch.setattr(play_phase, "play", plays)
   state, m = _run(c, engine, 4)
   assert [x["designer/top_up"] for x in m] == [0.0, 2.0, 1.0, 0.0]
   assert [x["designer/num_designs"] for x in m] == [4.0, 2.0, 1.0, 0.0]
@@ -207,7 +207,7 @@ def test_a_short_pool_is_topped_up_and_the_new_games_are_played_unhinted(
 def test_without_top_up_the_pool_stays_as_regenerated(monkeypatch):
   c = _config(**{"designer.top_up": False})
   engine, plays = Designer([True, False, True, False]), Plays()
-  monkeypatch.setattr(play_lib, "play", plays)
+  monkeypatch.setattr(play_phase, "play", plays)
   _, m = _run(c, engine, 3)
   assert [x["designer/top_up"] for x in m] == [0.0, 0.0, 0.0]
   assert engine.sampled == [("designer", 4), ("designer", 2)]
@@ -217,7 +217,7 @@ def test_without_top_up_the_pool_stays_as_regenerated(monkeypatch):
 def test_a_top_up_designs_nothing_when_the_pool_is_full(monkeypatch):
   c = _config(**{"designer.num_envs": 2})
   engine, plays = Designer(), Plays()
-  monkeypatch.setattr(play_lib, "play", plays)
+  monkeypatch.setattr(play_phase, "play", plays)
   _, m = _run(c, engine, 2)
   assert m[1]["designer/top_up"] == 0.0
   assert engine.sampled == [("designer", 2), ("designer", 2)]
@@ -235,7 +235,7 @@ def test_top_up_rows_get_the_references_reward_and_train_after_the_delay(
   assert c.optim.designer_delay == 1 and c.regret.timeout_penalty == -0.5
   engine = Designer([True, False, False, False, True, False, True])
   plays = Plays(hangs={1})
-  monkeypatch.setattr(play_lib, "play", plays)
+  monkeypatch.setattr(play_phase, "play", plays)
   state = state_lib.LoopState.create(c)
   state, _ = loop.iteration(c, engine, engine, state, 0)
   state, m1 = loop.iteration(c, engine, engine, state, 1)
@@ -333,7 +333,7 @@ def test_a_top_ups_programs_and_verdicts_are_written(monkeypatch, tmp_path):
   c = _config()
   assert c.train.save_programs
   engine, plays = Designer([True, False, True, False, True, False]), Plays()
-  monkeypatch.setattr(play_lib, "play", plays)
+  monkeypatch.setattr(play_phase, "play", plays)
   # The Trainer's writer alone, without a model or a sandbox.
   trainer = loop.Trainer.__new__(loop.Trainer)
   trainer.config, trainer.workdir = c, str(tmp_path)

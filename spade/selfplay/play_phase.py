@@ -1,4 +1,4 @@
-"""Play: the iteration's environments and the agent's episodes on them.
+"""The play phase: the iteration's environments and the agent's episodes.
 
 `environments` picks what the agent plays (new valid designs, archive
 replays, the fixed pool or seed programs, or in adaptive mode a levelled

@@ -9,9 +9,9 @@ from ml_collections import ConfigDict
 import pytest
 
 from spade import config as config_lib
+from spade.designer import design_prompts
 from spade.designer import examples
 from spade.designer import extract
-from spade.designer import prompts
 from spade.designer import skills
 from spade.environments import library
 from spade.model import tokenizer as tokenizer_lib
@@ -27,7 +27,7 @@ class _Doc:
 @pytest.mark.parametrize("family", skills.FAMILIES)
 def test_every_family_renders_with_skill_difficulty_and_example(family):
   skill = skills.skills_for(family)[-1]
-  messages = prompts.designer_messages(
+  messages = design_prompts.designer_messages(
       None,
       family=family,
       skill=skill,
@@ -71,7 +71,9 @@ def _step_bodies(text):
 
 def test_corpus_prompt_is_the_reference_skeleton_by_default():
   assert config_lib.base_config().designer.prompt_example == "skeleton"
-  user = prompts.designer_messages(_Doc(), skill="Optimization")[1]["content"]
+  user = design_prompts.designer_messages(_Doc(), skill="Optimization")[1][
+      "content"
+  ]
   # Only the interface contract: its step() ends in `...`, nothing after it,
   # and no complete program (ours, or any with a docstring) is shown.
   (body,) = _step_bodies(user)
@@ -83,7 +85,7 @@ def test_corpus_prompt_is_the_reference_skeleton_by_default():
       "interaction steps.\n\nGenerate the complete Python code in a"
       " ```python block."
   )
-  single = prompts.designer_messages(None, family="single_turn_game")
+  single = design_prompts.designer_messages(None, family="single_turn_game")
   assert "REFERENCE EXAMPLE" not in single[1]["content"]
   assert examples.SINGLE_TURN_GAME.strip() not in single[1]["content"]
 
@@ -93,8 +95,10 @@ def test_skeleton_max_turns_sets_what_step_reads():
   step() reads; "skeleton_max_turns" differs from them only there."""
   for doc, family in ((_Doc(), None), (None, "single_turn_game")):
     kw = dict(family=family) if family else {}
-    ref = prompts.designer_messages(doc, **kw)[1]["content"]
-    ours = prompts.designer_messages(doc, example="skeleton_max_turns", **kw)
+    ref = design_prompts.designer_messages(doc, **kw)[1]["content"]
+    ours = design_prompts.designer_messages(
+        doc, example="skeleton_max_turns", **kw
+    )
     ours = ours[1]["content"]
     assert "self.max_turns = max_turns" not in ref
     assert "self.max_turns" in ref  # step() reads it
@@ -107,19 +111,21 @@ def test_skeleton_max_turns_sets_what_step_reads():
 
 
 def test_complete_example_option_shows_a_whole_program():
-  user = prompts.designer_messages(_Doc(), example="complete")[1]["content"]
+  user = design_prompts.designer_messages(_Doc(), example="complete")[1][
+      "content"
+  ]
   assert examples.CORPUS_GAME.strip() in user
   skeleton, complete = _step_bodies(user)
   assert skeleton[-1] == "..."
   # The example's step() is a real body: it parses, updates and returns.
   assert "..." not in complete and len(complete) > 10
   assert sum(line.startswith("return") for line in complete) >= 3
-  single = prompts.designer_messages(
+  single = design_prompts.designer_messages(
       None, family="single_turn_game", example="complete"
   )[1]["content"]
   assert examples.SINGLE_TURN_GAME.strip() in single
   with pytest.raises(ValueError, match="prompt example"):
-    prompts.designer_messages(None, example="sketch")
+    design_prompts.designer_messages(None, example="sketch")
 
 
 @pytest.mark.parametrize(
@@ -127,68 +133,88 @@ def test_complete_example_option_shows_a_whole_program():
 )
 def test_reference_families_with_a_complete_example_keep_it(family):
   # The reference's own prompts for these families carry a whole program.
-  for example in prompts.PROMPT_EXAMPLES:
-    user = prompts.designer_messages(None, family=family, example=example)
+  for example in design_prompts.PROMPT_EXAMPLES:
+    user = design_prompts.designer_messages(
+        None, family=family, example=example
+    )
     assert examples.BY_FAMILY[family].strip() in user[1]["content"]
 
 
 def test_difficulty_changes_the_tool_use_prompt_and_corpus_steps():
-  easy = prompts.designer_messages(None, family="tool_use", difficulty="easy")
-  hard = prompts.designer_messages(None, family="tool_use", difficulty="hard")
+  easy = design_prompts.designer_messages(
+      None, family="tool_use", difficulty="easy"
+  )
+  hard = design_prompts.designer_messages(
+      None, family="tool_use", difficulty="hard"
+  )
   assert "1-2 tool calls needed" in easy[1]["content"]
   assert "4+ tool calls with dependencies" in hard[1]["content"]
-  easy = prompts.designer_messages(_Doc(), difficulty="easy")[1]["content"]
-  hard = prompts.designer_messages(_Doc(), difficulty="hard")[1]["content"]
+  easy = design_prompts.designer_messages(_Doc(), difficulty="easy")[1][
+      "content"
+  ]
+  hard = design_prompts.designer_messages(_Doc(), difficulty="hard")[1][
+      "content"
+  ]
   assert "need 2+ interaction steps" in easy
   assert "need 3+ interaction steps" in hard
 
 
 def test_document_grounds_games_as_corpus_and_flavours_tool_use():
   for family in skills.GAME_FAMILIES:
-    user = prompts.designer_messages(_Doc(), family=family)[1]["content"]
+    user = design_prompts.designer_messages(_Doc(), family=family)[1]["content"]
     assert "<REFERENCE_DOCUMENT>\n" + _Doc.text in user
     assert "INTERACTIVE, MULTI-TURN Python game" in user
-  user = prompts.designer_messages(_Doc(), family="tool_use")[1]["content"]
+  user = design_prompts.designer_messages(_Doc(), family="tool_use")[1][
+      "content"
+  ]
   assert "in the DOMAIN described by this document" in user
   assert _Doc.text in user
-  user = prompts.designer_messages(_Doc(), family="tool_use_multi_turn")
+  user = design_prompts.designer_messages(_Doc(), family="tool_use_multi_turn")
   assert "<REFERENCE_SNIPPET>\n" + _Doc.text in user[1]["content"]
   # Without a document nothing refers to one.
-  user = prompts.designer_messages(None)[1]["content"]
+  user = design_prompts.designer_messages(None)[1]["content"]
   assert "REFERENCE_DOCUMENT" not in user
 
 
 def test_seed_picks_concept_ideas_deterministically():
-  a = prompts.designer_messages(None, family="tool_use_multi_turn", seed=1)
-  b = prompts.designer_messages(None, family="tool_use_multi_turn", seed=1)
+  a = design_prompts.designer_messages(
+      None, family="tool_use_multi_turn", seed=1
+  )
+  b = design_prompts.designer_messages(
+      None, family="tool_use_multi_turn", seed=1
+  )
   assert a == b
   texts = {
-      prompts.designer_messages(None, family="tool_use_multi_turn", seed=s)[1][
-          "content"
-      ]
+      design_prompts.designer_messages(
+          None, family="tool_use_multi_turn", seed=s
+      )[1]["content"]
       for s in range(8)
   }
   assert len(texts) > 1
 
 
 def test_multi_turn_game_turn_budget():
-  user = prompts.designer_messages(None, max_turns=8)[1]["content"]
+  user = design_prompts.designer_messages(None, max_turns=8)[1]["content"]
   assert "at most 8 turns" in user and "roughly 4–6 turns" in user
 
 
 def test_program_hint_is_asked_only_when_chosen():
-  assert "hint(self)" not in prompts.designer_messages(None)[1]["content"]
-  user = prompts.designer_messages(None, program_hint=True)[1]["content"]
+  assert (
+      "hint(self)" not in design_prompts.designer_messages(None)[1]["content"]
+  )
+  user = design_prompts.designer_messages(None, program_hint=True)[1]["content"]
   assert "hint(self) -> str" in user
 
 
 def test_unknown_family_skill_or_difficulty_is_refused():
   with pytest.raises(ValueError, match="family"):
-    prompts.designer_messages(None, family="poetry")
+    design_prompts.designer_messages(None, family="poetry")
   with pytest.raises(ValueError, match="skill"):
-    prompts.designer_messages(None, family="tool_use", skill="Optimization")
+    design_prompts.designer_messages(
+        None, family="tool_use", skill="Optimization"
+    )
   with pytest.raises(ValueError, match="difficulty"):
-    prompts.designer_messages(None, difficulty="brutal")
+    design_prompts.designer_messages(None, difficulty="brutal")
 
 
 def test_parent_is_shown_for_mutation():
@@ -197,7 +223,7 @@ def test_parent_is_shown_for_mutation():
     stats = {"regret": 0.5}
     verdict = {"valid": True}
 
-  user = prompts.designer_messages(None, parent=Parent())[1]["content"]
+  user = design_prompts.designer_messages(None, parent=Parent())[1]["content"]
   assert "harder variant" in user and "class ParentEnv" in user
 
 
@@ -207,7 +233,8 @@ def test_pick_prompt_follows_the_reference_rotation():
   assert tuple(c.skills) == skills.REFERENCE_SKILLS
   assert tuple(c.difficulties) == ("medium",)
   picks = [
-      prompts.pick_prompt(c, iteration=0, index=i, seed=7) for i in range(4)
+      design_prompts.pick_prompt(c, iteration=0, index=i, seed=7)
+      for i in range(4)
   ]
   # Three active skills in epoch 0, cycled over the prompts.
   assert [p.skill for p in picks] == [
@@ -218,16 +245,21 @@ def test_pick_prompt_follows_the_reference_rotation():
   ]
   assert {p.difficulty for p in picks} == {"medium"}
   assert picks == [
-      prompts.pick_prompt(c, iteration=0, index=i, seed=7) for i in range(4)
+      design_prompts.pick_prompt(c, iteration=0, index=i, seed=7)
+      for i in range(4)
   ]
   # The window moves once per regeneration epoch.
-  later = prompts.pick_prompt(c, iteration=4, index=0, seed=7, regen_interval=4)
+  later = design_prompts.pick_prompt(
+      c, iteration=4, index=0, seed=7, regen_interval=4
+  )
   assert later.skill == "Pattern Recognition"
-  same = prompts.pick_prompt(c, iteration=3, index=0, seed=7, regen_interval=4)
+  same = design_prompts.pick_prompt(
+      c, iteration=3, index=0, seed=7, regen_interval=4
+  )
   assert same.skill == "Mathematical Reasoning"
   # The pick feeds designer_messages directly.
   spec = picks[1]
-  user = prompts.designer_messages(
+  user = design_prompts.designer_messages(
       None,
       family=spec.family,
       skill=spec.skill,
@@ -248,13 +280,14 @@ def test_pick_prompt_draws_difficulties_and_tool_skills():
       )
   )
   picks = [
-      prompts.pick_prompt(c, iteration=2, index=i, seed=0) for i in range(16)
+      design_prompts.pick_prompt(c, iteration=2, index=i, seed=0)
+      for i in range(16)
   ]
   assert {p.skill for p in picks} == {"Error Recovery", "Tool Selection"}
   assert {p.difficulty for p in picks} == {"easy", "hard"}
   c.tool_use_skills = ("Optimization",)
   with pytest.raises(ValueError, match="not skills"):
-    prompts.pick_prompt(c, iteration=0, index=0, seed=0)
+    design_prompts.pick_prompt(c, iteration=0, index=0, seed=0)
 
 
 def test_config_validates_designer_choices():
@@ -273,10 +306,10 @@ def test_config_validates_designer_choices():
 
 
 def test_repair_messages_carry_the_code_and_the_error():
-  history = prompts.designer_messages(None)
+  history = design_prompts.designer_messages(None)
   code = "class BrokenEnv:\n    def reset(self, seed=None):\n        return 1\n"
   error = "reset: reset() must return (str, dict), got int"
-  messages = prompts.repair_messages(code, error, history)
+  messages = design_prompts.repair_messages(code, error, history)
   assert messages[: len(history)] == history
   assert messages[-2] == {
       "role": "assistant",
@@ -285,7 +318,7 @@ def test_repair_messages_carry_the_code_and_the_error():
   assert messages[-1]["role"] == "user"
   assert error in messages[-1]["content"]
   assert "COMPLETE, corrected version" in messages[-1]["content"]
-  alone = prompts.repair_messages(code, error)
+  alone = design_prompts.repair_messages(code, error)
   assert [m["role"] for m in alone] == ["system", "user"]
   assert "class BrokenEnv" in alone[1]["content"]
   assert error in alone[1]["content"]
@@ -293,18 +326,20 @@ def test_repair_messages_carry_the_code_and_the_error():
 
 def test_hint_messages_carry_anti_leak_rules_and_the_code():
   game = examples.MULTI_TURN_GAME
-  messages = prompts.hint_messages(game)
+  messages = design_prompts.hint_messages(game)
   assert "Do NOT reveal the exact answer" in messages[0]["content"]
   assert "Output ONLY the hint text" in messages[0]["content"]
   assert game in messages[1]["content"]
   tool = examples.TOOL_USE_MULTI_TURN
-  messages = prompts.hint_messages(tool)
+  messages = design_prompts.hint_messages(tool)
   system = messages[0]["content"]
   assert "NEVER write concrete data values" in system
   assert "Do NOT emit a complete, copy-pasteable" in system
   assert tool in messages[1]["content"]
-  assert prompts.hint_messages(game, tool_use=True)[0]["content"] == system
-  short = prompts.hint_messages(game, max_code_chars=100)[1]["content"]
+  assert (
+      design_prompts.hint_messages(game, tool_use=True)[0]["content"] == system
+  )
+  short = design_prompts.hint_messages(game, max_code_chars=100)[1]["content"]
   assert game[:100] in short and game[:101] not in short
 
 
@@ -314,7 +349,7 @@ def test_example_programs_validate_in_the_sandbox():
   codes = [examples.BY_FAMILY[f] for f in skills.FAMILIES]
   # Each example must be exactly what the designer's reply is parsed into.
   for f, code in zip(skills.FAMILIES, codes):
-    user = prompts.designer_messages(None, family=f, example="complete")
+    user = design_prompts.designer_messages(None, family=f, example="complete")
     user = user[1]["content"]
     block = user[user.index(code.strip()) - len("```python\n") :]
     assert extract.extract_code(block).strip() == code.strip()
@@ -405,7 +440,7 @@ def test_validity_benchmark_builds_the_loop_prompts():
   assert len(items) == 3
   for ids, spec_, doc, shown in items:
     assert doc is not None and shown == ()
-    assert prompts.effective_family(spec_.family, doc) == "corpus_game"
+    assert design_prompts.effective_family(spec_.family, doc) == "corpus_game"
     assert len(ids) <= renderer.prompt_budget("designer")
   # memory.seed_dir: the reference's retrieval shows two seed programs of
   # the prompt's skill, as the loop's prompts do.
