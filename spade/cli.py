@@ -9,6 +9,7 @@ one line on stderr and exit status 2, not a traceback.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 from absl import flags
 from ml_collections import config_flags
@@ -45,7 +46,7 @@ VERBOSE = flags.DEFINE_bool(
 )
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
   """Prints one line and exits non-zero: config errors need no traceback."""
   print(f"spade: error: {message}", file=sys.stderr)
   sys.exit(2)
@@ -72,9 +73,4 @@ def load_config():
     fail("--config is required, e.g. --config=configs/tiny.py")
   if not WORKDIR.value:
     fail("--workdir is required")
-  config = CONFIG.value
-  try:
-    config_lib.validate(config)
-  except config_lib.ConfigError as e:
-    fail(str(e))
-  return config
+  return config_lib.validated(CONFIG.value, fail)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from typing import Any, Callable, NoReturn
 
 import ml_collections
 
@@ -889,6 +889,24 @@ def _shrink_for_cpu(c: ConfigDict) -> None:
 
 class ConfigError(ValueError):
   """A config that cannot run; the message names the key."""
+
+
+def validated(
+    config: ConfigDict, fail: Callable[[str], NoReturn]
+) -> ConfigDict:
+  """Returns `config` if `validate` passes, else calls `fail` with its error.
+
+  The entry points' one rule for a bad config: one line, no traceback.
+
+  Args:
+    config: the config to check.
+    fail: prints its message and exits (`spade.cli.fail`).
+  """
+  try:
+    validate(config)
+  except ConfigError as e:
+    fail(str(e))
+  return config
 
 
 def load_file(spec: str, root: str = "") -> ConfigDict:

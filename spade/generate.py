@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import NoReturn
 
 from absl import app
 from absl import flags
@@ -39,7 +40,7 @@ _CHAT = flags.DEFINE_bool(
 )
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
   print(f"spade.generate: error: {message}", file=sys.stderr)
   sys.exit(2)
 
@@ -56,11 +57,7 @@ def main(argv: list[str]) -> None:
     _fail("--config is required, e.g. --config=configs/gemma3_270m.py")
   if _PROMPT.value is None:
     _fail("--prompt is required")
-  config = _CONFIG.value
-  try:
-    config_lib.validate(config)
-  except config_lib.ConfigError as e:
-    _fail(str(e))
+  config = config_lib.validated(_CONFIG.value, _fail)
   if _MAX_NEW.value < 1 or _MAX_NEW.value >= config.model.max_len:
     _fail(
         f"--max_new_tokens={_MAX_NEW.value} must be in [1, "
