@@ -4,7 +4,6 @@ Each test pins a bug the untyped loop had, or a reference default.
 """
 
 import json
-import types
 
 import numpy as np
 import pytest
@@ -20,86 +19,7 @@ from spade.selfplay import play_phase
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay import state as state_lib
-
-PROGRAM = '''
-class CountEnv:
-    """Count to three."""
-
-    def __init__(self, max_turns=3):
-        self.n = 0
-
-    def reset(self, seed=None):
-        self.n = 0
-        return "count", {}
-
-    def step(self, action):
-        self.n += 1
-        return "ok", float(self.n == 3), self.n == 3, False, {}
-'''
-
-
-class FakeEngine:
-  """What the loop asks of the policy and the environment executor."""
-
-  def __init__(self, config, verdict=None):
-    self.config = config
-    self.tokenizer = types.SimpleNamespace(bos_id=257)
-    self.verdict = verdict or {"valid": True, "reason": "ok", "has_hint": False}
-    self.sampled = []
-    self.updates = []
-
-  def render(self, messages):
-    return [257] + [
-        ord(c) % 256 for c in "".join(m["content"] for m in messages)
-    ]
-
-  def prompt_budget(self, role):
-    del role
-    return 10_000
-
-  def prefill_counts(self):
-    return 0, 0, 0
-
-  def sample(
-      self,
-      prompts,
-      *,
-      role,
-      max_new_tokens,
-      temperature,
-      seed,
-      top_k=0,
-      top_p=1.0,
-      progress=None,
-  ):
-    del progress, top_k, top_p
-    del max_new_tokens, temperature
-    self.sampled.append((role, len(prompts)))
-    # Each design phase samples programs, then writes their hints.
-    designer_calls = sum(r == "designer" for r, _ in self.sampled)
-    if role == "designer" and designer_calls % 2 == 0:
-      return [
-          ([1, 2, 3], [-0.5, -0.5, -0.5], "Count to three, one step at a time.")
-          for _ in prompts
-      ]
-    # Programs differ row by row, so none is a near-duplicate of another.
-    return [
-        (
-            [1, 2, 3],
-            [-0.5, -0.5, -0.5],
-            f"```python\n{PROGRAM.replace('three', f'three ({i}, {seed})')}"
-            "\n```",
-        )
-        for i in range(len(prompts))
-    ]
-
-  def validate(self, codes):
-    return [records.Verdict.from_dict(self.verdict) for _ in codes]
-
-  def update(self, agent_rows, designer_rows, samples=0):
-    self.updates.append((list(agent_rows), list(designer_rows)))
-    self.samples = samples
-    return {"train/loss": 0.0}
+from tests.selfplay import fakes
 
 
 def _config(**overrides):
@@ -122,7 +42,7 @@ class _Run:
 
   def __init__(self, config, engine=None):
     self.config = config
-    self.engine = engine or FakeEngine(config)
+    self.engine = engine or fakes.FakeEngine(config)
     self.envs = self.engine  # the fake also validates
     self.state = state_lib.LoopState.create(config)
 
@@ -301,7 +221,7 @@ def test_designer_advantages_of_a_group_with_one_invalid_design():
   )
 
 
-class Flaky(FakeEngine):
+class Flaky(fakes.FakeEngine):
   """Invalid twice, then valid."""
 
   def validate(self, codes):
@@ -348,7 +268,7 @@ def test_each_attempt_retrieves_its_memory_examples_again(monkeypatch):
 
 def test_fixed_pool_from_a_folder_smaller_than_the_batch(tmp_path):
   for name in ("a.py", "b.py"):
-    (tmp_path / name).write_text(PROGRAM)
+    (tmp_path / name).write_text(fakes.PROGRAM)
   c = _config(**{"train.mode": "fixed_pool", "train.pool_dir": str(tmp_path)})
   c.designer.num_envs = 4
   envs = _environments(_trainer(c), 0, [])
@@ -564,7 +484,7 @@ def test_the_update_batch_is_shaped_to_the_global_batch(monkeypatch):
 def test_the_solvability_audit_refuses_what_the_designer_judges_unwinnable():
   from spade.selfplay import design as design_lib
 
-  class Auditor(FakeEngine):
+  class Auditor(fakes.FakeEngine):
 
     def sample(
         self,
@@ -602,13 +522,13 @@ def test_an_audit_prompt_over_budget_keeps_its_program():
   c = _config()
   c.designer.audit = True
   c.model.max_len = 256
-  engine = FakeEngine(c)
+  engine = fakes.FakeEngine(c)
   ok = records.Verdict.from_dict({"valid": True, "reason": "ok"})
   out, _ = design_lib.solvability_audit(c, engine, 0, 0, ["a"], [ok])
   assert out == [ok] and engine.sampled == []
 
 
-class _Repeater(FakeEngine):
+class _Repeater(fakes.FakeEngine):
   """Writes the same program every time (its hints are the parent's)."""
 
   def sample(self, prompts, **kwargs):

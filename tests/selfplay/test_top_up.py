@@ -6,7 +6,6 @@ drive the real `loop.iteration`.
 """
 
 import json
-import types
 
 import ml_collections
 import numpy as np
@@ -20,68 +19,7 @@ from spade.selfplay import play_phase
 from spade.selfplay import records
 from spade.selfplay import score as score_lib
 from spade.selfplay import state as state_lib
-
-PROGRAM = '''
-class CountEnv:
-    """Count to {n}."""
-
-    def __init__(self, max_turns=3):
-        self.n = 0
-
-    def reset(self, seed=None):
-        self.n = 0
-        return "count", {{}}
-
-    def step(self, action):
-        self.n += 1
-        return "ok", float(self.n == 3), self.n == 3, False, {{}}
-'''
-
-
-class Designer:
-  """The policy and validator: program j (in sampling order) is valid
-  where `valid[j]` says (True past its end); every sample is a program."""
-
-  def __init__(self, valid=()):
-    self.tokenizer = types.SimpleNamespace(bos_id=257)
-    self.valid = list(valid)
-    self.programs = 0
-    self.sampled = []  # (role, rows) per sampling call
-    self.updates = []  # (agent rows, designer rows) per update
-
-  def render(self, messages):
-    return [257] + [
-        ord(c) % 256 for c in "".join(m["content"] for m in messages)
-    ]
-
-  def prompt_budget(self, role):
-    del role
-    return 100_000
-
-  def prefill_counts(self):
-    return 0, 0, 0
-
-  def sample(self, prompts, *, role, seed, **kwargs):
-    del kwargs
-    self.sampled.append((role, len(prompts)))
-    out = []
-    for _ in prompts:
-      code = PROGRAM.format(n=f"three ({self.programs}, {seed})")
-      self.programs += 1
-      out.append(([1, 2, self.programs], [-0.5] * 3, f"```python\n{code}```"))
-    return out
-
-  def validate(self, codes):
-    out = []
-    for _ in codes:
-      ok = self.valid.pop(0) if self.valid else True
-      out.append(records.Verdict(ok, "ok" if ok else "smoke"))
-    return out
-
-  def update(self, agent_rows, designer_rows, samples=0):
-    del samples
-    self.updates.append((list(agent_rows), list(designer_rows)))
-    return {"train/loss": 0.0}
+from tests.selfplay import fakes
 
 
 def _config(**overrides):
@@ -161,7 +99,8 @@ def test_a_short_pool_is_topped_up_and_the_new_games_are_played_unhinted(
   # missing (1 valid), the one after the 1 still missing; then it is full.
   c = _config()
   assert c.designer.top_up  # the reference's
-  engine, plays = Designer([True, False, True, False, True, False]), Plays()
+  engine = fakes.FakeEngine(valid=[True, False, True, False, True, False])
+  plays = Plays()
   assert c.designer.regeneration_interval == 5  # one window throughout
   monkeypatch.setattr(play_phase, "play", plays)
   state, m = _run(c, engine, 4)
@@ -206,7 +145,7 @@ def test_a_short_pool_is_topped_up_and_the_new_games_are_played_unhinted(
 
 def test_without_top_up_the_pool_stays_as_regenerated(monkeypatch):
   c = _config(**{"designer.top_up": False})
-  engine, plays = Designer([True, False, True, False]), Plays()
+  engine, plays = fakes.FakeEngine(valid=[True, False, True, False]), Plays()
   monkeypatch.setattr(play_phase, "play", plays)
   _, m = _run(c, engine, 3)
   assert [x["designer/top_up"] for x in m] == [0.0, 0.0, 0.0]
@@ -216,7 +155,7 @@ def test_without_top_up_the_pool_stays_as_regenerated(monkeypatch):
 
 def test_a_top_up_designs_nothing_when_the_pool_is_full(monkeypatch):
   c = _config(**{"designer.num_envs": 2})
-  engine, plays = Designer(), Plays()
+  engine, plays = fakes.FakeEngine(), Plays()
   monkeypatch.setattr(play_phase, "play", plays)
   _, m = _run(c, engine, 2)
   assert m[1]["designer/top_up"] == 0.0
@@ -233,7 +172,9 @@ def test_top_up_rows_get_the_references_reward_and_train_after_the_delay(
       **{"designer.skills_per_regen": 1, "regret.max_env_reward_scale": 0.0}
   )
   assert c.optim.designer_delay == 1 and c.regret.timeout_penalty == -0.5
-  engine = Designer([True, False, False, False, True, False, True])
+  engine = fakes.FakeEngine(
+      valid=[True, False, False, False, True, False, True]
+  )
   plays = Plays(hangs={1})
   monkeypatch.setattr(play_phase, "play", plays)
   state = state_lib.LoopState.create(c)
@@ -332,7 +273,8 @@ def test_the_top_up_switch_is_a_checked_config_key():
 def test_a_top_ups_programs_and_verdicts_are_written(monkeypatch, tmp_path):
   c = _config()
   assert c.train.save_programs
-  engine, plays = Designer([True, False, True, False, True, False]), Plays()
+  engine = fakes.FakeEngine(valid=[True, False, True, False, True, False])
+  plays = Plays()
   monkeypatch.setattr(play_phase, "play", plays)
   # The Trainer's writer alone, without a model or a sandbox.
   trainer = loop.Trainer.__new__(loop.Trainer)
