@@ -27,7 +27,10 @@ def get_config(arg=None):
   c.num_iterations = 50
   c.model.update(architecture.gemma3_shapes("270m"))
   c.model.max_len = 5120
-  # XLA's bfloat16 decode was slower than float32 on this CPU (DESIGN.md).
+  # float32: a probe of XLA's CPU dot (8 x 1536 x 8960) found bfloat16
+  # weights 2-5x slower on this CPU (benchmarks/README.md, "Decoding a real
+  # model on this CPU"), though this model's vocabulary matmul alone ran 2x
+  # faster with them ("Sampling"); its whole decode in bfloat16 is not timed.
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
   c.checkpoint.kind = "gemma3_gguf"

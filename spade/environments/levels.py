@@ -2,12 +2,12 @@
 
 A family names its environments (`names`) and writes, for one of them at a
 level and a seed, the source of an environment program in the contract's
-format (DESIGN.md: a class ending in `Env` with `reset`/`step` and a
-binary final reward). The loop's `train.mode="adaptive"` plays such a
-family with one `spade.environments.difficulty.SlidingWindow` window per
-environment (`spade.selfplay.adaptive`); RLVE (`spade.environments.rlve`,
-family "rlve") is one, a curriculum over hand-written environments can be
-another.
+format (`spade.environments.contract`: a class ending in `Env` with
+`reset`/`step`) whose final reward is binary. The loop's
+`train.mode="adaptive"` plays such a family with one
+`spade.environments.difficulty.SlidingWindow` window per environment
+(`spade.selfplay.adaptive`); RLVE (`spade.environments.rlve`, family "rlve")
+is one, a curriculum over hand-written environments can be another.
 
 Families are registered by name. `get` imports the module of a built-in
 family on first use, so that importing this module stays cheap (RLVE's

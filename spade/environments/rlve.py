@@ -87,7 +87,9 @@ ATTEMPT_TIMEOUT_S = 10
 # margin for the stray threads they leave competing for the interpreter.
 GENERATE_TIMEOUT_S = GENERATOR_ATTEMPTS * ATTEMPT_TIMEOUT_S + 60.0
 
-# What the sandbox may import besides the standard library (DESIGN.md).
+# What the sandbox may import besides the standard library: the packages
+# whose site-packages it binds (docs/architecture.md, "Sandbox";
+# `spade.sandbox.options` preloads them).
 _SANDBOX_PACKAGES = frozenset({"numpy", "math_verify"})
 
 # The reference's extract_boxed_answer (spade/core/utils/parsing.py),
