@@ -27,8 +27,9 @@ Sampling: temperature 0 is greedy (argmax). Otherwise the logits are divided by
 the temperature, restricted to the top-k (k > 0) and/or the nucleus (top_p <
 1), and sampled by inverse CDF in two stages (blocks of the vocabulary, then
 within the chosen block): exact, and much cheaper on CPU than Gumbel noise for
-a 262k vocabulary. top_p < 1 without top_k sorts the vocabulary every step;
-set top_k too to make it cheap.
+a 262k vocabulary. top_p < 1 without top_k finds the nucleus's threshold by
+bisection, not by sorting the vocabulary (`_nucleus_threshold`: 2.0 against
+47.9 ms a row of 151,936 logits on this CPU).
 
 Sharing: a prefix common to every row is prefilled once (`share_prefix`)
 and identical prompts are prefilled once each (`share_rows`); the copies
@@ -259,6 +260,66 @@ def _nucleus(sorted_desc: Array, top_p: Array) -> Array:
   return before < top_p
 
 
+def _ordered(x: Array) -> Array:
+  """float32 -> int32 keys in the same order (-0.0 just below +0.0)."""
+  i = jax.lax.bitcast_convert_type(x, jnp.int32)
+  return i ^ ((i >> 31) & jnp.int32(0x7FFFFFFF))
+
+
+def _unordered(k: Array) -> Array:
+  """The inverse of `_ordered`."""
+  return jax.lax.bitcast_convert_type(
+      k ^ ((k >> 31) & jnp.int32(0x7FFFFFFF)), jnp.float32
+  )
+
+
+def nucleus_threshold_sorted(scaled: Array, top_p: Array) -> Array:
+  """The nucleus's smallest kept logit per row, by sorting the vocabulary:
+  [B, 1]. `_nucleus_threshold` finds the same value without the sort; this
+  is its definition (and its test's oracle)."""
+  desc = -jnp.sort(-scaled, -1)
+  keep = _nucleus(desc, top_p)
+  return jnp.min(jnp.where(keep, desc, jnp.inf), -1, keepdims=True)
+
+
+def _nucleus_threshold(scaled: Array, top_p: Array) -> Array:
+  """The smallest logit the nucleus keeps, per row ([B, 1]); the nucleus is
+  every logit >= it (ties at the threshold all kept).
+
+  In descending order the nucleus keeps logit i while the mass before it is
+  below `top_p`, so its smallest kept value is the smallest logit v whose
+  mass strictly above v, G(v), is below `top_p`: G falls as v rises. That v
+  is found by bisection over the float32 values' order (32 halvings of the
+  int32 keys, each a masked sum over the vocabulary) instead of sorting it:
+  ~2 ms a row against ~100 ms for 151,936 logits on a CPU core. It equals
+  `nucleus_threshold_sorted` up to the order the masses are summed in (a
+  mass within float rounding of `top_p` may fall either side).
+  """
+  probs = jax.nn.softmax(scaled, -1)
+  lo = _ordered(jnp.min(scaled, -1))  # G(lo) = 1 - its own mass
+  hi = _ordered(jnp.max(scaled, -1))  # G(hi) = 0 < top_p
+
+  def above(k):
+    v = _unordered(k)[:, None]
+    return jnp.sum(jnp.where(scaled > v, probs, 0.0), -1)
+
+  def halve(_, bounds):
+    # Invariant: G(lo) >= top_p > G(hi); 32 halvings leave hi = lo + 1.
+    lo, hi = bounds
+    mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # hi - lo may pass 2^31
+    fits = above(mid) < top_p
+    return jnp.where(fits, lo, mid), jnp.where(fits, mid, hi)
+
+  # Below the smallest logit every mass is above: G = 1 >= top_p.
+  lo = jnp.where(above(lo) < top_p, lo - 1, lo)
+  _, hi = jax.lax.fori_loop(0, 32, halve, (lo, hi))
+  # G(hi) < top_p <= G(hi - 1): G falls at hi, so hi is a logit's key; the
+  # smallest logit >= it is that logit also where the CPU flushes a
+  # denormal hi (between -0.0 and a tiny negative logit) to zero.
+  v = _unordered(hi)[:, None]
+  return jnp.min(jnp.where(scaled >= v, scaled, jnp.inf), -1, keepdims=True)
+
+
 def prefill_chunks(
     tokens_to_logits: Callable[..., tuple[Array, Any]],
     params,
@@ -339,10 +400,7 @@ def sample_logits(
   else:
     scaled = logits / temperature
     if use_top_p:
-      desc = -jnp.sort(-scaled, -1)
-      keep = _nucleus(desc, top_p)
-      # Smallest kept logit per row; ties at the threshold are all kept.
-      threshold = jnp.min(jnp.where(keep, desc, jnp.inf), -1, keepdims=True)
+      threshold = _nucleus_threshold(scaled, top_p)
       scaled = jnp.where(scaled >= threshold, scaled, -jnp.inf)
     tok = _categorical(key, scaled)
   chosen = jnp.take_along_axis(logits, tok[:, None], 1)[:, 0]

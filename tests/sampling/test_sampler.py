@@ -494,3 +494,31 @@ def test_a_session_continues_each_keys_row(sliding_window):
   else:
     # Turn 2 carries 4 rows' histories, turn 3 three.
     assert session.tokens_carried > 0
+
+
+def test_nucleus_threshold_without_sorting_equals_the_sorted_one():
+  # The sort-free nucleus (bisection over the floats' order) keeps exactly
+  # the sorted definition's set, ties, masked logits and one dominant token
+  # included; a row per case, one compile per top_p.
+  rng = np.random.default_rng(0)
+  rows = []
+  for scale in (0.1, 1.0, 5.0, 30.0):
+    rows.append(rng.normal(size=2048) * scale)
+    rows.append(np.round(rng.normal(size=2048) * scale))  # many ties
+  masked = rng.normal(size=2048)
+  masked[:700] = -np.inf
+  dominant = rng.normal(size=2048)
+  dominant[5] = 40.0
+  rows += [masked, dominant, np.zeros(2048), -np.abs(rng.normal(size=2048))]
+  x = jnp.asarray(np.stack(rows).astype(np.float32))
+  for top_p in (1e-6, 0.05, 0.5, 0.9, 0.95, 0.999):
+    p = jnp.float32(top_p)
+    got = np.asarray(jax.jit(S._nucleus_threshold)(x, p))
+    want = np.asarray(jax.jit(S.nucleus_threshold_sorted)(x, p))
+    np.testing.assert_array_equal(got, want, err_msg=f"top_p={top_p}")
+  # A mass just past the threshold: three tokens of 0.25 and the rest spread
+  # thin; top_p=0.5 keeps two of the three equal logits' value, so all three.
+  v = np.full(2048, -30.0, np.float32)
+  v[[3, 9, 11]] = 0.0
+  t = np.asarray(S._nucleus_threshold(jnp.asarray(v[None]), jnp.float32(0.5)))
+  assert t[0, 0] == 0.0
