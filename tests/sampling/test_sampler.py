@@ -516,8 +516,9 @@ def test_nucleus_threshold_without_sorting_equals_the_sorted_one():
     got = np.asarray(jax.jit(S._nucleus_threshold)(x, p))
     want = np.asarray(jax.jit(S.nucleus_threshold_sorted)(x, p))
     np.testing.assert_array_equal(got, want, err_msg=f"top_p={top_p}")
-  # A mass just past the threshold: three tokens of 0.25 and the rest spread
-  # thin; top_p=0.5 keeps two of the three equal logits' value, so all three.
+  # Ties at the threshold: three equal logits of about 1/3 each and the rest
+  # negligible; top_p=0.5 keeps two of them in sorted order, so their value
+  # is the threshold and all three are kept.
   v = np.full(2048, -30.0, np.float32)
   v[[3, 9, 11]] = 0.0
   t = np.asarray(S._nucleus_threshold(jnp.asarray(v[None]), jnp.float32(0.5)))
