@@ -198,17 +198,21 @@ def summary(codes, verdicts, shown, threshold: float) -> str:
 def rescore(config, directory: str) -> None:
   """Prints the summary of the designs a `--save_dir` run wrote."""
   codes, verdicts = [], []
-  for k in range(1000):
-    stem = os.path.join(directory, f"design_{k:02d}")
-    if not os.path.exists(stem + ".json"):
-      break
+  # Designs are saved as they finish, so a stopped run may have gaps.
+  names = sorted(
+      name[: -len(".json")]
+      for name in (os.listdir(directory) if os.path.isdir(directory) else ())
+      if name.startswith("design_") and name.endswith(".json")
+  )
+  for name in names:
+    stem = os.path.join(directory, name)
     with open(stem + ".py") as f:
       codes.append(f.read())
     with open(stem + ".json") as f:
       verdicts.append(json.load(f))
   if not codes:
     raise SystemExit(
-        f"--rescore={directory}: no design_00.json there; pass the"
+        f"--rescore={directory}: no design_*.json there; pass the"
         " --save_dir of a designer_validity run"
     )
   threshold = config.memory.duplicate_threshold
@@ -280,10 +284,37 @@ def main(argv=None) -> None:
   total_tokens, total_s, samples = 0, 0.0, 0
   if args.save_dir:
     os.makedirs(args.save_dir, exist_ok=True)
+
+  def report(k: int) -> None:
+    """Prints design k's final verdict and saves it under --save_dir."""
+    _, spec, doc, shown = items[k]
+    verdict = verdicts[k]
+    reasons[verdict.get("reason", "?")] += 1
+    cut = "" if tokens[k] < c.designer.max_new_tokens else " CUT-OFF"
+    message = " ".join(str(verdict.get("message", "")).split())[:160]
+    print(
+        f"design {k:2d}"
+        f" {design_prompts.effective_family(spec.family, doc)}"
+        f"/{spec.skill}/{spec.difficulty} examples={len(shown)}"
+        f" attempts={attempts[k]} tokens={tokens[k]}{cut}:"
+        f" {'VALID' if verdict.get('valid') else 'invalid'}"
+        f" [{verdict.get('reason', '?')}] {message}",
+        flush=True,
+    )
+    if args.save_dir:
+      stem = os.path.join(args.save_dir, f"design_{k:02d}")
+      with open(stem + ".txt", "w") as f:
+        f.write(texts[k])
+      with open(stem + ".py", "w") as f:
+        f.write(codes[k])
+      with open(stem + ".json", "w") as f:
+        json.dump(verdict, f, indent=1, default=str)
+
   todo = list(range(n))
   prompts = [ids for ids, _, _, _ in items]
+  attempts_allowed = max(1, c.designer.max_attempts)
   with sandboxes.from_config(c.sandbox) as pool:
-    for attempt in range(max(1, c.designer.max_attempts)):
+    for attempt in range(attempts_allowed):
       if not todo:
         break
       if attempt and c.designer.fresh_document_per_attempt and state.corpus:
@@ -305,53 +336,37 @@ def main(argv=None) -> None:
           f"attempt {attempt + 1}: {len(todo)} designs",
           total=len(todo) * c.designer.max_new_tokens,
       )
-      outs = {}
+      valid_now = 0
       while server.busy:
-        for key, ids, _, text in server.step():
-          outs[key] = (ids, text)
+        done = [(k, ids, text) for k, ids, _, text in server.step()]
         ticker.update(server.tokens_generated, rows=len(todo))
+        if not done:
+          continue
+        # Each design is validated, printed and saved as it finishes, so a
+        # stopped run keeps what it sampled (`--rescore` reads it back).
+        batch = [
+            extract.extract_code(text, rule=c.designer.code_extraction)
+            for _, _, text in done
+        ]
+        for (k, ids, text), code, verdict in zip(
+            done, batch, pool.validate(batch)
+        ):
+          codes[k], verdicts[k], texts[k] = code, verdict, text
+          tokens[k], attempts[k] = len(ids), attempt + 1
+          valid_now += bool(verdict.get("valid"))
+          if verdict.get("valid") or attempt + 1 == attempts_allowed:
+            report(k)
       ticker.close(server.tokens_generated, f", {len(todo)} designs")
       seconds = time.perf_counter() - t
       total_s += seconds
       total_tokens += server.tokens_generated
       samples += len(todo)
-      batch = [
-          extract.extract_code(outs[k][1], rule=c.designer.code_extraction)
-          for k in todo
-      ]
-      results = pool.validate(batch)
-      for k, code, verdict in zip(todo, batch, results):
-        codes[k], verdicts[k], texts[k] = code, verdict, outs[k][1]
-        tokens[k], attempts[k] = len(outs[k][0]), attempt + 1
       _log(
           f"attempt {attempt + 1}: {server.tokens_generated} tokens in"
           f" {seconds:.0f}s ({server.tokens_generated / seconds:.1f} tok/s),"
-          f" {sum(bool(v.get('valid')) for v in results)}/{len(todo)} valid"
+          f" {valid_now}/{len(todo)} valid"
       )
       todo = [k for k in todo if not verdicts[k].get("valid")]
-    for k in range(n):
-      _, spec, doc, shown = items[k]
-      verdict = verdicts[k]
-      reason = verdict.get("reason", "?")
-      reasons[reason] += 1
-      cut = "" if tokens[k] < c.designer.max_new_tokens else " CUT-OFF"
-      message = " ".join(str(verdict.get("message", "")).split())[:160]
-      print(
-          f"design {k:2d}"
-          f" {design_prompts.effective_family(spec.family, doc)}"
-          f"/{spec.skill}/{spec.difficulty} examples={len(shown)}"
-          f" attempts={attempts[k]} tokens={tokens[k]}{cut}:"
-          f" {'VALID' if verdict.get('valid') else 'invalid'} [{reason}]"
-          f" {message}"
-      )
-      if args.save_dir:
-        stem = os.path.join(args.save_dir, f"design_{k:02d}")
-        with open(stem + ".txt", "w") as f:
-          f.write(texts[k])
-        with open(stem + ".py", "w") as f:
-          f.write(codes[k])
-        with open(stem + ".json", "w") as f:
-          json.dump(verdict, f, indent=1, default=str)
   print(
       f"sampling: {samples} samples for {n} designs, {total_tokens} tokens"
       f" in {total_s:.0f}s ({total_tokens / max(total_s, 1e-9):.1f} tok/s,"
