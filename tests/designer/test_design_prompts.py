@@ -2,6 +2,7 @@
 
 import difflib
 import importlib.util
+import json
 import os
 import re
 
@@ -494,3 +495,19 @@ def test_validity_benchmark_counts_copies_of_what_the_model_saw():
   assert bench.summary([copy, "x", _FRESH[0]], verdicts, shown, 0.85) == (
       "designs=3 valid=2 valid_frac=0.667 near_copies=1 distinct_valid=1"
   )
+
+
+def test_validity_benchmark_rescores_a_stopped_run(tmp_path, capsys):
+  # A run saves each design as it finishes, so a stopped one leaves gaps
+  # (here designs 0 and 5 of 32): --rescore counts what is there.
+  bench = _validity_benchmark()
+  config = bench._load_config("configs/tiny.py")  # pylint: disable=protected-access
+  for k, code, valid in ((0, _FRESH[0], True), (5, "def (", False)):
+    (tmp_path / f"design_{k:02d}.py").write_text(code)
+    (tmp_path / f"design_{k:02d}.json").write_text(json.dumps({"valid": valid}))
+  bench.rescore(config, str(tmp_path))
+  assert capsys.readouterr().out.strip() == (
+      "designs=2 valid=1 valid_frac=0.500 near_copies=0 distinct_valid=1"
+  )
+  with pytest.raises(SystemExit, match="no design_"):
+    bench.rescore(config, str(tmp_path / "absent"))
