@@ -81,6 +81,11 @@ def base_config() -> ConfigDict:
   # True decodes through the scanned stacks instead, with no second copy of
   # the layer weights during sampling (for a model that barely fits).
   c.model.scan_decode = False
+  # How a one-token step (decoding) partitions its matmuls over the mesh:
+  # "stationary" keeps each weight on its shards and moves the rows to them
+  # (a step reads each chip's shard once, docs/scale.md); "fsdp" all-gathers
+  # every weight each step, as training does. The same program on one device.
+  c.model.decode_sharding = "stationary"
   # Whole-sequence forwards (the update) attend this many queries at a time,
   # each block rematerialised, so the backward keeps [chunk, L] attention
   # scores instead of [L, L]; same results. 0: one block (the reference's);
@@ -113,6 +118,9 @@ def base_config() -> ConfigDict:
   # Logical axis -> mesh axis (or None). A short table, as in t5x.
   c.mesh.rules = (
       ("batch", ("data", "fsdp")),
+      # A one-token step's rows where they meet a weight's shards
+      # (`model.decode_sharding="stationary"`): whole on every fsdp shard.
+      ("decode_batch", "data"),
       ("vocab", "tensor"),
       ("embed", "fsdp"),
       ("heads", "tensor"),

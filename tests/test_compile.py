@@ -255,3 +255,39 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert float(summary["agent_slots_bytes_ratio"]) == pytest.approx(
       generate.bytes_ratio, abs=0.01
   )
+
+
+@pytest.mark.parametrize("layout", ["stationary", "fsdp"])
+def test_a_decode_step_moves_rows_not_weights(layout):
+  # fsdp=4: with `model.decode_sharding="stationary"` each chip multiplies
+  # the rows by its own shard of every weight, so the generate loop
+  # all-gathers activations only; "fsdp" (training's layout) all-gathers
+  # every weight, every step.
+  c = _tiny(
+      mesh__fsdp=4,
+      model__vocab_size=1024,
+      model__embed_dim=512,
+      model__num_heads=2,
+      model__num_kv_heads=2,
+      model__head_dim=128,
+      model__mlp_dim=1024,
+      model__decode_sharding=layout,
+  )
+  c.sampling.slots = 8
+  c.sampling.prefill_rows = 4
+  c.sampling.decode_steps = 4
+  c.sampling.prefill_chunk = 64
+  report = compile_lib.run(
+      c, "v5p-8", update=False, samplers=False, engine=True, roles=["agent"],
+      engine_windows=1, bytes_breakdown=True, log=lambda _: None,
+  )  # fmt: skip
+  generate = report.programs[1]
+  b = generate.breakdown
+  in_loop = b.bytes["all_gather"] - b.outside.get("all_gather", 0.0)
+  # The layers' and the output layer's weights, one chip's whole copy in
+  # the sampler's float32 (what an all-gather of them writes).
+  weights = 4 * (2 * 1024 * 512 + c.model.num_layers * 512 * (6 * 128 + 3 * 1024))
+  if layout == "stationary":
+    assert in_loop < 0.05 * weights, (in_loop, weights, b.lines())
+  else:
+    assert in_loop > 0.4 * weights, (in_loop, weights, b.lines())

@@ -48,6 +48,15 @@ REMAT_POLICIES = {
 # Other spellings accepted for the same policies.
 _REMAT_ALIASES = {"save_dots_except_mlp": "save_dot_except_mlp"}
 
+# `config.model.decode_sharding`: how a one-token step (decoding) partitions
+# its matmuls over the mesh. "fsdp": as training does, rows sharded over
+# (data, fsdp) and each weight all-gathered over fsdp first, every step;
+# "stationary": each weight stays on its shards and the rows move instead
+# (gathered over fsdp before a projection, its partial sums reduce-scattered
+# back after), so a step reads each chip's shard once. On one device both are
+# the same program.
+DECODE_SHARDINGS = ("stationary", "fsdp")
+
 # The two stacks of scanned layers (see the module docstring).
 STACKS = ("layers", "tail")
 
@@ -81,6 +90,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   remat: str = "none"
   scan_decode: bool = False
+  decode_sharding: str = "stationary"
   attention_chunk: int = 0
   separate_heads: bool = False
 
@@ -109,6 +119,12 @@ class ModelConfig:
           f" {sorted(REMAT_POLICIES)}"
       )
     values["remat"] = remat
+    decode = values.get("decode_sharding", "stationary")
+    if decode not in DECODE_SHARDINGS:
+      raise ValueError(
+          f"config.model.decode_sharding={decode!r} is not one of"
+          f" {DECODE_SHARDINGS}"
+      )
     return cls(**values)
 
   @property

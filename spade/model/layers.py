@@ -73,6 +73,35 @@ def constrain(x: Array, *axes: str | None) -> Array:
   return nn.with_logical_constraint(x, axes)
 
 
+def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
+  """Whether `x` ([batch, length, ...]) is a one-token step that moves its
+  rows rather than the weights (`config.model.decode_sharding`)."""
+  return (
+      cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
+  )
+
+
+def rows_to_weights(x: Array, contracted: tuple[str, ...]) -> Array:
+  """x[batch, ..., *contracted] laid out like the weight it meets: rows over
+  "decode_batch" only (the mesh's data axis), so they are whole on every
+  fsdp shard, and the contracted dimensions split as the weight's are. Its
+  matmul with the weight's own shard then gives partial sums."""
+  lead = ("decode_batch",) + (None,) * (x.ndim - len(contracted) - 1)
+  return constrain(x, *lead, *contracted)
+
+
+def rows_back(y: Array, features: tuple[str, ...]) -> Array:
+  """A matmul's output back to the activations' layout, rows over "batch":
+  a reduce-scatter of the partial sums when the weight was split on what
+  it contracts; when it is split on an output dimension ("embed": the
+  fsdp axis in the default rules), the output is first pinned to that
+  split, so its rows move (an all-to-all) rather than the weight."""
+  rest = (None,) * (y.ndim - len(features) - 1)
+  if "embed" in features:
+    y = constrain(y, "decode_batch", *rest, *features)
+  return constrain(y, "batch", *rest, *features)
+
+
 def logical_init(init: Callable[..., Array], module: str, name: str):
   return nn.with_logical_partitioning(init, PARAM_AXES[(module, name)])
 
@@ -158,6 +187,10 @@ class Linear(nn.Module):
         pdt,
     )
     dtype = jnp.dtype(self.cfg.dtype)
+    move_rows = stationary(self.cfg, x)
+    if move_rows:
+      axes = PARAM_AXES[(self.name, "kernel")]
+      x = rows_to_weights(x, axes[:c])
     # Float32 accumulation whatever the activations' type; one rounding to
     # `dtype` at the end.
     y = jax.lax.dot_general(
@@ -166,6 +199,8 @@ class Linear(nn.Module):
         ((tuple(range(x.ndim - c, x.ndim)), tuple(range(c))), ((), ())),
         preferred_element_type=jnp.float32,
     )
+    if move_rows:
+      y = rows_back(y, axes[c:])
     if self.has_variable(LORA, "a"):
       a, b = self.get_variable(LORA, "a"), self.get_variable(LORA, "b")
       xa = jax.lax.dot_general(

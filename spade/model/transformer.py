@@ -284,7 +284,13 @@ class Transformer(nn.Module):
     pdt = jnp.dtype(cfg.param_dtype)
 
     embedding = _Embedder(cfg, name="embedder")()
-    x = jnp.take(embedding, tokens, axis=0).astype(dtype)
+    if layers.stationary(cfg, tokens):
+      # A one-token step gathers its rows from the table's own shards.
+      tokens = layers.constrain(tokens, "decode_batch", None)
+      x = jnp.take(embedding, tokens, axis=0).astype(dtype)
+      x = layers.constrain(x, "decode_batch", None, "embed")
+    else:
+      x = jnp.take(embedding, tokens, axis=0).astype(dtype)
     if cfg.scale_embeddings:
       x = x * jnp.sqrt(float(cfg.embed_dim)).astype(dtype)
     x = layers.constrain(x, "batch", "length", "embed")
@@ -455,6 +461,10 @@ class _Heads(nn.Module):
     table = heads[head_name(self.cfg, role)]
     if table_only:
       return table
+    if layers.stationary(self.cfg, x):
+      # The table stays on its shards (`config.model.decode_sharding`).
+      x = layers.rows_to_weights(x, ("embed",))
+      return layers.rows_back(_head_logits(x, *table), ("vocab",))
     return _head_logits(x, *table)
 
 
