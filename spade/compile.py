@@ -33,8 +33,17 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     generate also the bytes accessed per generated token
                     (`cost_analysis()`, one decode step) against the least
                     a step must read, the weights and every slot's cache
-                    once (`*_slots_bytes_ratio=` in the last line);
-                    with `--bytes_breakdown`, where those bytes go
+                    once (a `program=... bytes_per_token=... minimum=...
+                    ratio=...` line; `*_slots_bytes_ratio=` in the last
+                    line);
+  {role} slots generate on {r} rows
+                    generate on each count of gathered live rows the server
+                    can choose (`sampling.min_rows`, `SlotEngine.rows`),
+                    which copy their rows' cache: each program's peak and
+                    bytes (`*_rows{r}_bytes_ratio=`; `--noengine_gathered`
+                    skips them);
+                    with `--bytes_breakdown`, where the every-slot
+                    generate program's bytes go
                     (`spade.hlo_bytes`: weights, cache reads and writes,
                     copies, gathers, loop state, other; one `key=value`
                     line, then the costliest operations).
@@ -131,6 +140,8 @@ class Program:
       and the live cache, once.
     breakdown: slot generate with `bytes_breakdown`: where its bytes go
       (`spade.hlo_bytes.Breakdown`, per device, one decode step).
+    rows: slot generate: the rows a step decodes (every slot, or the
+      gathered live rows of `SlotEngine.rows`): tokens a step.
   """
 
   name: str
@@ -150,6 +161,16 @@ class Program:
   bytes_per_token: float = 0.0
   min_bytes_per_token: float = 0.0
   breakdown: hlo_bytes.Breakdown | None = None
+  rows: int = 0
+
+  @property
+  def key(self) -> str:
+    """The prefix of its summary keys: "agent_slots" for the program over
+    every slot, "agent_rows64" over 64 gathered rows."""
+    role = self.name.split()[0]
+    if " on " in self.name:
+      return f"{role}_rows{self.rows}"
+    return f"{role}_slots"
 
   @property
   def bytes_ratio(self) -> float:
@@ -195,9 +216,10 @@ class Report:
     }
     for p in self.programs:
       if p.bytes_per_token:
-        key = p.name.split()[0] + "_slots"
-        pairs[f"{key}_bytes_per_token_mib"] = f"{p.bytes_per_token / 2**20:.2f}"
-        pairs[f"{key}_bytes_ratio"] = f"{p.bytes_ratio:.2f}"
+        pairs[f"{p.key}_bytes_per_token_mib"] = (
+            f"{p.bytes_per_token / 2**20:.2f}"
+        )
+        pairs[f"{p.key}_bytes_ratio"] = f"{p.bytes_ratio:.2f}"
     if update is not None:
       pairs["update_peak_gib"] = f"{update.peak_bytes / GIB:.2f}"
       pairs["update_tflop"] = f"{update.model_flops / 1e12:.1f}"
@@ -655,7 +677,15 @@ def _engine_host_args(engine, params, decode_state, prompt: int, new: int):
 
 
 def compile_engine(
-    config, mesh, rules, state, role, hbm_bytes, windows=2, breakdown=False
+    config,
+    mesh,
+    rules,
+    state,
+    role,
+    hbm_bytes,
+    windows=2,
+    breakdown=False,
+    gathered=True,
 ):
   """The role's slot-engine programs (`spade.sampling.slot_engine`):
   prefill-insert and generate over `sampling.slots` slots of a
@@ -702,10 +732,12 @@ def compile_engine(
   prefill_args, generate_args = _engine_host_args(
       engine, params, decode_state, prompt, new
   )
-  # Generate on every slot. The programs on gathered rows
-  # (`SlotEngine.min_rows`) are not compiled here: they run fewer rows but take
-  # a copy of those rows' cache, so their peak is not bounded by this one's.
+  # Generate on every slot, then on each count of gathered live rows the
+  # server can choose (`SlotEngine.rows`, from `sampling.min_rows`): those
+  # run fewer rows but take a copy of their rows' cache, so their peak is
+  # not bounded by the whole batch's.
   generate_args = generate_args[:4] + (None,)
+  sh = engine.batch_shards
 
   def host(tree):
     return jax.tree.map(
@@ -766,25 +798,36 @@ def compile_engine(
       forward_flops(config.model, rows, prompt, "last"),
       engine.prefill_insert, prefill_args, 2,
   )  # fmt: skip
-  program, compiled = worst(
-      f"{role} slots generate",
-      f"{s} slots x cache {c}, {n} steps a call, {on}",
-      n * decode_flops(config.model, s, c),
-      engine.generate, generate_args, 3,
-  )  # fmt: skip
-  if compiled is not None:
+  compiled_programs = [prefill]
+  for r in reversed(engine.rows if gathered else engine.rows[-1:]):
+    args = generate_args
+    name = f"{role} slots generate"
+    if r < s:
+      args = generate_args[:4] + (np.zeros((sh, r // sh), np.int32),)
+      name += f" on {r} rows"
+    program, compiled = worst(
+        name,
+        f"{s} slots x cache {c}, {n} steps a call, {on}",
+        n * decode_flops(config.model, r, c),
+        engine.generate, args, 3,
+    )  # fmt: skip
+    compiled_programs.append(program)
+    if compiled is None:
+      continue
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
       cost = cost[0] if cost else {}
     chips = mesh.devices.size
     step = float((cost or {}).get("bytes accessed", 0.0))
-    floor = device_bytes(params) + cache_bytes
-    # Per device a step reads its shards; the slice makes `s` tokens a step.
-    program.bytes_per_token = step * chips / s
-    program.min_bytes_per_token = floor * chips / s
-    if breakdown:
+    # The least a step must read: the weights and its rows' caches, once.
+    floor = device_bytes(params) + cache_bytes * r / s
+    # Per device a step reads its shards; the slice makes `r` tokens a step.
+    program.rows = r
+    program.bytes_per_token = step * chips / r
+    program.min_bytes_per_token = floor * chips / r
+    if breakdown and r == s:
       program.breakdown = hlo_bytes.breakdown(compiled)
-  return [prefill, program]
+  return compiled_programs
 
 
 def run(
@@ -798,6 +841,7 @@ def run(
     roles: Sequence[str] = ("agent", "designer"),
     engine_windows: int = 2,
     bytes_breakdown: bool = False,
+    engine_gathered: bool = True,
     log=print,
 ) -> Report:
   """Compiles the config's programs for the named slice; returns the report.
@@ -814,8 +858,11 @@ def run(
       "designer").
     engine_windows: how many of the engine's cache windows, largest first,
       each engine program is compiled on (0: all; see `compile_engine`).
-    bytes_breakdown: also log, per generate program, where its bytes per
-      token go (`spade.hlo_bytes`; `breakdown_lines`).
+    bytes_breakdown: also log, for each role's generate program over every
+      slot, where its bytes per token go (`spade.hlo_bytes`;
+      `breakdown_lines`).
+    engine_gathered: also compile generate on each count of gathered live
+      rows the server can choose (`SlotEngine.rows`).
     log: called with each program's line as it finishes.
   """
   roles = _roles(roles)
@@ -834,15 +881,13 @@ def run(
   def add(program: Program) -> None:
     report.programs.append(program)
     log(describe(program, tpu))
+    if program.bytes_per_token:
+      log(bytes_line(program))
     if program.breakdown is not None:
       for line in breakdown_lines(
-          program, tpu.chips, engine_slots, config.sampling.decode_steps
+          program, tpu.chips, program.rows, config.sampling.decode_steps
       ):
         log(line)
-
-  engine_slots = shapes_lib.round_up(
-      config.sampling.slots, mesh.shape["data"] * mesh.shape["fsdp"]
-  )
 
   if update:
     add(compile_update(config, mesh, rules, state, optimizer, hbm))
@@ -861,6 +906,7 @@ def run(
           hbm,
           engine_windows,
           bytes_breakdown,
+          engine_gathered,
       ):
         add(program)
   return report
@@ -872,6 +918,30 @@ def _roles(roles: Sequence[str]) -> list[str]:
   if not roles or set(roles) - set(known):
     raise ValueError(f"roles must be some of {known}, not {list(roles)}")
   return [r for r in known if r in roles]
+
+
+def per_step_bytes(b: hlo_bytes.Breakdown, steps: int) -> tuple[float, float]:
+  """(XLA's bytes accessed, the HBM bytes by `spade.hlo_bytes`' rules) of
+  one decode step with what runs once a call spread over its `steps`
+  steps: a call's bytes over the steps it makes (per device)."""
+  outside = sum(b.outside.values())
+  per_step = b.xla_total - outside + outside / max(steps, 1)
+  hbm_outside = sum(b.hbm_outside.values())
+  hbm = sum(b.hbm.values()) - hbm_outside + hbm_outside / max(steps, 1)
+  return per_step, hbm
+
+
+def bytes_line(program: Program) -> str:
+  """A generate program's bytes per generated token against the minimum,
+  one `key=value` line (bytes, the slice's): XLA's `bytes accessed` for the
+  loop body and what runs once a call, counted as one step (so an upper
+  bound; `breakdown_lines`' `per_step` spreads the once-a-call part)."""
+  name = program.name.replace(" ", "_")
+  return (
+      f"program={name} bytes_per_token={program.bytes_per_token:.0f}"
+      f" minimum={program.min_bytes_per_token:.0f}"
+      f" ratio={program.bytes_ratio:.2f}"
+  )
 
 
 def breakdown_lines(
@@ -886,14 +956,18 @@ def breakdown_lines(
   `per_step_mib` spreads it over the call's steps instead, and
   `per_step_ratio` is that over the minimum."""
   b = program.breakdown
-  key = program.name.split()[0] + "_slots_bytes_"
+  key = program.key + "_bytes_"
   scale = chips / slots
-  outside = sum(b.outside.values())
-  per_step = (b.xla_total - outside + outside / max(steps, 1)) * scale
+  per_step, hbm = per_step_bytes(b, steps)
+  per_step, hbm = per_step * scale, hbm * scale
   pairs = b.lines(key, scale) + [f"{key}per_step_mib={per_step / 2**20:.2f}"]
+  pairs.append(f"{key}hbm_per_step_mib={hbm / 2**20:.2f}")
   if program.min_bytes_per_token:
     ratio = per_step / program.min_bytes_per_token
     pairs.append(f"{key}per_step_ratio={ratio:.2f}")
+    pairs.append(
+        f"{key}hbm_per_step_ratio={hbm / program.min_bytes_per_token:.2f}"
+    )
   lines = [" ".join(pairs)]
   for size, split, label in b.top:
     parts = ",".join(
@@ -965,6 +1039,13 @@ def _define_flags() -> None:
       " go (weights, cache reads and writes, copies, gathers, loop state,"
       " other; spade.hlo_bytes) and its costliest operations.",
   )
+  flags.DEFINE_bool(
+      "engine_gathered",
+      True,
+      "With --engine: also compile generate on each count of gathered live"
+      " rows the server can choose (sampling.min_rows; SlotEngine.rows), each"
+      " with its peak; --noengine_gathered: every slot only.",
+  )
   flags.DEFINE_integer(
       "engine_windows",
       2,
@@ -1005,6 +1086,7 @@ def main(argv: list[str]) -> None:
       roles=f.roles,
       engine_windows=f.engine_windows,
       bytes_breakdown=f.bytes_breakdown,
+      engine_gathered=f.engine_gathered,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)

@@ -85,12 +85,21 @@ _FREE = {
 _MOVES = {"copy", "copy-start", "copy-done", "transpose"}
 _INDEXED = {"gather", "scatter", "dynamic-slice", "dynamic-update-slice"}
 _POINTER = 8  # a tuple's pointer table entry
+# A layout's memory space other than the default (HBM): `...S(1)}`.
+_MEMORY_SPACE = re.compile(r"S\([1-9][0-9]*\)")
 
 
-def _array_bytes(dtype: str, dims: str, layout: str | None) -> float:
+def _array_bytes(
+    dtype: str, dims: str, layout: str | None, hbm_only: bool = False
+) -> float:
   """Bytes of one array, its dimensions padded to its layout's first tile
-  (`{minor_to_major:T(a,b)...}`): what the TPU compiler allocates."""
+  (`{minor_to_major:T(a,b)...}`): what the TPU compiler allocates. With
+  `hbm_only`, 0 for an array the layout places in another memory space
+  (`S(1)`: the core's VMEM, where the compiler prefetches operands with
+  `copy-start`; `S(2)`: scalar memory): no HBM bandwidth moves it."""
   if dtype not in _ITEMSIZE:
+    return 0.0
+  if hbm_only and layout and _MEMORY_SPACE.search(layout):
     return 0.0
   shape = [int(d) for d in dims.split(",") if d]
   if layout:
@@ -109,14 +118,15 @@ def _array_bytes(dtype: str, dims: str, layout: str | None) -> float:
   return math.prod(shape) * _ITEMSIZE[dtype]
 
 
-def shape_bytes(shape: str) -> float:
+def shape_bytes(shape: str, hbm_only: bool = False) -> float:
   """Bytes of an HLO shape string: an array's (tile-padded), or a tuple's
-  pointer table (its elements are other buffers)."""
+  pointer table (its elements are other buffers); `hbm_only` as for
+  `_array_bytes`."""
   shape = shape.strip()
   if shape.startswith("("):
-    return _POINTER * len(_split_tuple(shape))
+    return 0.0 if hbm_only else _POINTER * len(_split_tuple(shape))
   m = _ARRAY.match(shape)
-  return _array_bytes(*m.groups()) if m else 0.0
+  return _array_bytes(*m.groups(), hbm_only=hbm_only) if m else 0.0
 
 
 def _split_tuple(shape: str) -> list[str]:
@@ -245,6 +255,10 @@ class Breakdown:
   xla_total: float
   top: list[tuple[float, dict[str, float], str]]
   outside: dict[str, float] = dataclasses.field(default_factory=dict)
+  # The same rules counting HBM only (`_array_bytes`' `hbm_only`): what
+  # moves through the chip's memory bandwidth, the roofline's bytes.
+  hbm: dict[str, float] = dataclasses.field(default_factory=dict)
+  hbm_outside: dict[str, float] = dataclasses.field(default_factory=dict)
 
   @property
   def total(self) -> float:
@@ -269,7 +283,8 @@ class Breakdown:
 class _Analysis:
   """The cost rules over one parsed module, with each buffer's kind."""
 
-  def __init__(self, computations, entry):
+  def __init__(self, computations, entry, hbm_only=False):
+    self.hbm_only = hbm_only
     self.comps = computations
     self.entry = entry
     self.defs = {
@@ -282,6 +297,9 @@ class _Analysis:
     # Kind of each value, per computation: "weights", "cache", "state" or
     # None (computed here), element by element for tuples.
     self.kinds: dict[tuple[str, str], list[str | None]] = {}
+
+  def _size(self, shape: str) -> float:
+    return shape_bytes(shape, self.hbm_only)
 
   # -- kinds ------------------------------------------------------------------
 
@@ -458,7 +476,7 @@ class _Analysis:
     if oc in ("async-done", "async-update"):
       return
     if oc == "tuple":
-      self.add({"loop_state": shape_bytes(op.shape)}, label)
+      self.add({"loop_state": self._size(op.shape)}, label)
       return
     if oc == "fusion":
       self.add(self._fusion(comp, op), label)
@@ -472,43 +490,43 @@ class _Analysis:
     if oc in _MOVES:
       # An asynchronous copy's tuple is (destination, source, context): it
       # moves the buffer, counted once on each side of the pair.
-      size = shape_bytes(op.elements[0])
+      size = self._size(op.elements[0])
       src = self._shape(comp, op.operands[0])
-      reads = shape_bytes(_split_tuple(src)[0] if src.startswith("(") else src)
+      reads = self._size(_split_tuple(src)[0] if src.startswith("(") else src)
       put("copy", size + reads)
     elif oc in ("slice", "dynamic-slice", "gather"):
-      size = shape_bytes(op.shape)
+      size = self._size(op.shape)
       cat = self.read_category(comp, op.operands[0])
       put("gather_scatter" if cat in ("other", "loop_state") else cat, size)
       put("gather_scatter", size)
       for o in op.operands[1:]:
-        put("gather_scatter", shape_bytes(self._shape(comp, o)))
+        put("gather_scatter", self._size(self._shape(comp, o)))
     elif oc == "dynamic-update-slice":
-      upd = shape_bytes(self._shape(comp, op.operands[1]))
+      upd = self._size(self._shape(comp, op.operands[1]))
       cat = "cache_write" if out_kind == "cache" else "gather_scatter"
       put(cat, 2 * upd)  # the update read, then written in place
       for o in op.operands[2:]:
-        put(cat, shape_bytes(self._shape(comp, o)))
+        put(cat, self._size(self._shape(comp, o)))
     elif oc == "scatter":
-      upd = shape_bytes(self._shape(comp, op.operands[-1]))
+      upd = self._size(self._shape(comp, op.operands[-1]))
       cat = "cache_write" if out_kind == "cache" else "gather_scatter"
-      put(cat, 3 * upd + shape_bytes(self._shape(comp, op.operands[1])))
+      put(cat, 3 * upd + self._size(self._shape(comp, op.operands[1])))
     elif oc == "custom-call":
       # XLA counts a custom call's bytes as unknown (-1).
       return
     elif oc in ("all-gather", "all-gather-start"):
-      put("all_gather", sum(shape_bytes(s) for s in op.elements))
+      put("all_gather", sum(self._size(s) for s in op.elements))
       for o in op.operands:
-        put("all_gather", shape_bytes(self._shape(comp, o)))
+        put("all_gather", self._size(self._shape(comp, o)))
     elif oc == "all-reduce" or oc == "all-reduce-start":
-      out = sum(shape_bytes(s) for s in op.elements)
+      out = sum(self._size(s) for s in op.elements)
       put("other", out)
       for o in op.operands:
-        put(self.read_category(comp, o), shape_bytes(self._shape(comp, o)))
+        put(self.read_category(comp, o), self._size(self._shape(comp, o)))
     else:
-      put(self.write_category(out_kind), shape_bytes(op.shape))
+      put(self.write_category(out_kind), self._size(op.shape))
       for o in op.operands:
-        put(self.read_category(comp, o), shape_bytes(self._shape(comp, o)))
+        put(self.read_category(comp, o), self._size(self._shape(comp, o)))
     self.add(split, label)
 
   def _shape(self, comp: str, name: str) -> str:
@@ -539,13 +557,13 @@ class _Analysis:
           and r.opcode == "dynamic-update-slice"
           and (len(elements) == 1 or root.opcode == "tuple")
       ):
-        size = shape_bytes(self._shape(fused, r.operands[1]))
+        size = self._size(self._shape(fused, r.operands[1]))
         put("cache_write" if kind == "cache" else "gather_scatter", size)
         continue
       cat = self.write_category(kind)
       if root_indexed and cat == "other":
         cat = "gather_scatter"
-      put(cat, shape_bytes(shape))
+      put(cat, self._size(shape))
     for p in ops:
       if p.opcode != "parameter":
         continue
@@ -553,7 +571,7 @@ class _Analysis:
       src = op.operands[i]
       # The TPU compiler's analysis counts a fusion's operands whole, even
       # those it only slices (measured: `tests/test_hlo_bytes.py`).
-      size = shape_bytes(p.shape)
+      size = self._size(p.shape)
       cat = self.read_category(comp, src)
       if root_indexed and cat in ("other", "loop_state"):
         cat = indexed
@@ -573,8 +591,17 @@ def breakdown_text(
   computations, entry = parse(text)
   analysis = _Analysis(computations, entry)
   analysis.run(entry)
+  hbm = _Analysis(computations, entry, hbm_only=True)
+  hbm.run(entry)
   ops = sorted(analysis.per_op, key=lambda x: -x[0])[:top]
-  return Breakdown(dict(analysis.bytes), xla_total, ops, analysis.outside)
+  return Breakdown(
+      dict(analysis.bytes),
+      xla_total,
+      ops,
+      analysis.outside,
+      dict(hbm.bytes),
+      hbm.outside,
+  )
 
 
 def breakdown(compiled, top: int = 10) -> Breakdown:

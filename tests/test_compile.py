@@ -206,21 +206,36 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
       bytes_breakdown=True, log=lines.append,
   )  # fmt: skip
   names = [p.name for p in report.programs]
+  # Generate over every slot, then over the 4 gathered live rows the server
+  # can run on (`sampling.min_rows` 4 of 8 slots).
   assert names == [
       "agent slots prefill-insert",
       "agent slots generate",
+      "agent slots generate on 4 rows",
       "designer slots prefill-insert",
       "designer slots generate",
+      "designer slots generate on 4 rows",
   ]
-  # Each generate program's line is followed by its breakdown's line and
-  # its ten costliest operations.
-  assert report.fits and len(lines) == 4 + 2 * 11
+  # Each generate program's line is followed by its bytes line; the
+  # every-slot one's by its breakdown's line and its ten costliest
+  # operations.
+  assert report.fits and len(lines) == 2 * (1 + 13 + 2)
   for p in report.programs:
     assert p.fits and p.peak_bytes > 0 and p.argument_bytes > 0, p
     # The decode state (every slot's cache) is donated and kept in place.
     assert p.alias_bytes > 0, p
     assert "optimizer state" in p.held and p.held_bytes > 0
-  prefill, generate = report.programs[:2]
+  prefill, generate, gathered = report.programs[:3]
+  # The gathered rows' program: its own peak, and its bytes per token
+  # against its 4 rows' minimum (the weights read for 4 tokens, not 8).
+  assert gathered.rows == 4 and generate.rows == 8
+  assert gathered.breakdown is None and gathered.bytes_per_token > 0
+  assert gathered.min_bytes_per_token > generate.min_bytes_per_token
+  summary_keys = dict(kv.split("=", 1) for kv in report.summary().split())
+  assert float(summary_keys["agent_rows4_bytes_ratio"]) == pytest.approx(
+      gathered.bytes_ratio, abs=0.01
+  )
+  assert lines[15].startswith("program=agent_slots_generate_on_4_rows ")
   # The engine's windows are 64, 96, 128, 192 and the whole cache; each
   # program is compiled on the two largest, as the server calls it.
   assert prefill.shape.startswith("4 rows into 8 slots x cache 256")
@@ -233,6 +248,13 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert generate.min_bytes_per_token > 0
   assert generate.bytes_ratio >= 0.9, generate
   assert "accessed per token" in lines[1]
+  bytes_pairs = dict(kv.split("=", 1) for kv in lines[2].split())
+  assert bytes_pairs["program"] == "agent_slots_generate"
+  assert int(bytes_pairs["bytes_per_token"]) == round(generate.bytes_per_token)
+  assert int(bytes_pairs["minimum"]) == round(generate.min_bytes_per_token)
+  assert float(bytes_pairs["ratio"]) == pytest.approx(
+      generate.bytes_ratio, abs=0.01
+  )
   # Where those bytes go: the categories sum to XLA's own total within 5%
   # (the TPU compiler's cost rules, re-applied op by op: 2% here).
   b = generate.breakdown
@@ -240,11 +262,19 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert abs(b.unexplained) < 0.05 * b.xla_total, b.lines()
   assert b.bytes["weights"] > 0 and b.bytes["cache_read"] > 0
   assert b.bytes["cache_write"] > 0
-  assert lines[2].startswith("agent_slots_bytes_weights_mib=")
-  pairs = dict(kv.split("=", 1) for kv in lines[2].split())
+  assert lines[3].startswith("agent_slots_bytes_weights_mib=")
+  pairs = dict(kv.split("=", 1) for kv in lines[3].split())
   assert float(pairs["agent_slots_bytes_xla_total_mib"]) == pytest.approx(
       generate.bytes_per_token / 2**20, abs=0.01
   )
+  # HBM's share by the same rules: no more than every byte, and the
+  # cache it reads is in it (the weights a step prefetches into VMEM count
+  # once, as the prefetch's read).
+  assert 0 < sum(b.hbm.values()) <= b.total
+  assert b.hbm["cache_read"] > 0
+  assert 0 < float(pairs["agent_slots_bytes_hbm_per_step_mib"]) <= float(
+      pairs["agent_slots_bytes_per_step_mib"]
+  ) + float(pairs["agent_slots_bytes_outside_loops_mib"])
   # What runs outside the loop, once a call, spread over its 4 steps.
   outside = float(pairs["agent_slots_bytes_outside_loops_mib"])
   assert outside > 0

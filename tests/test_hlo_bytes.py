@@ -120,3 +120,25 @@ def test_unexplained_is_what_xla_counts_beyond_the_rules():
 def test_a_module_without_an_entry_is_an_error():
   with pytest.raises(ValueError, match="no ENTRY"):
     hlo_bytes.breakdown_text("HloModule empty\n")
+
+
+def test_hbm_bytes_leave_out_what_lives_in_vmem():
+  # The entry's copy of the cache lands in VMEM (memory space S(1)), as
+  # the TPU compiler's prefetches do: its write moves no HBM bytes, its
+  # read of the HBM cache does.
+  vmem = _MODULE.replace(
+      "%copy = f32[8,128]{1,0:T(8,128)} copy",
+      "%copy = f32[8,128]{1,0:T(8,128)S(1)} copy",
+  )
+  assert vmem != _MODULE
+  b = hlo_bytes.breakdown_text(vmem)
+  assert b.bytes == hlo_bytes.breakdown_text(_MODULE).bytes
+  assert b.hbm["copy"] == K  # read from HBM, written to VMEM
+  assert b.hbm["weights"] == W
+  # The tuples' pointer tables are not HBM traffic either.
+  assert b.hbm["loop_state"] == 0
+  assert sum(b.hbm_outside.values()) == K
+  assert b.hbm_outside["copy"] == K
+  # Without a memory space the HBM view is every array's bytes.
+  plain = hlo_bytes.breakdown_text(_MODULE)
+  assert plain.hbm["copy"] == 2 * K and plain.hbm["weights"] == W
