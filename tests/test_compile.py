@@ -272,9 +272,12 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   # once, as the prefetch's read).
   assert 0 < sum(b.hbm.values()) <= b.total
   assert b.hbm["cache_read"] > 0
-  assert 0 < float(pairs["agent_slots_bytes_hbm_per_step_mib"]) <= float(
-      pairs["agent_slots_bytes_per_step_mib"]
-  ) + float(pairs["agent_slots_bytes_outside_loops_mib"])
+  assert (
+      0
+      < float(pairs["agent_slots_bytes_hbm_per_step_mib"])
+      <= float(pairs["agent_slots_bytes_per_step_mib"])
+      + float(pairs["agent_slots_bytes_outside_loops_mib"])
+  )
   # What runs outside the loop, once a call, spread over its 4 steps.
   outside = float(pairs["agent_slots_bytes_outside_loops_mib"])
   assert outside > 0
@@ -316,7 +319,9 @@ def test_a_decode_step_moves_rows_not_weights(layout):
   in_loop = b.bytes["all_gather"] - b.outside.get("all_gather", 0.0)
   # The layers' and the output layer's weights, one chip's whole copy in
   # the sampler's float32 (what an all-gather of them writes).
-  weights = 4 * (2 * 1024 * 512 + c.model.num_layers * 512 * (6 * 128 + 3 * 1024))
+  weights = 4 * (
+      2 * 1024 * 512 + c.model.num_layers * 512 * (6 * 128 + 3 * 1024)
+  )
   if layout == "stationary":
     assert in_loop < 0.05 * weights, (in_loop, weights, b.lines())
   else:

@@ -76,9 +76,7 @@ def constrain(x: Array, *axes: str | None) -> Array:
 def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
   """Whether `x` ([batch, length, ...]) is a one-token step that moves its
   rows rather than the weights (`config.model.decode_sharding`)."""
-  return (
-      cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
-  )
+  return cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
 
 
 def rows_to_weights(x: Array, contracted: tuple[str, ...]) -> Array:

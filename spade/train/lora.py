@@ -191,6 +191,7 @@ def shift(params: PyTree, old: Adapters, new: Adapters, scale: float) -> PyTree:
     b = jnp.concatenate([new[path]["b"], -old[path]["b"]], axis=lead)
     if lead == 0:
       return moved(w, a, b, 0)
+
     # A stacked kernel moves one layer at a time, in place: its change is
     # formed a layer's worth at a time, not whole beside it (the 1.5B's
     # stacked MLP kernels are 1.44 GiB each, and the whole changes of
