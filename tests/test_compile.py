@@ -193,13 +193,18 @@ def test_decode_takes_the_parameters_in_their_shards():
   assert 0.4 * whole < params <= shard + 65536, (params, shard, whole)
 
 
-@pytest.mark.slow
-def test_slot_engine_programs_compile_and_report_bytes_per_token():
-  c = _tiny()
+def _small_engine(c):
+  """A slot engine of 8 slots, 4-row prefills, 4 steps a call."""
   c.sampling.slots = 8
   c.sampling.prefill_rows = 4
   c.sampling.decode_steps = 4
   c.sampling.prefill_chunk = 64
+
+
+@pytest.mark.slow
+def test_slot_engine_programs_compile_and_report_bytes_per_token():
+  c = _tiny()
+  _small_engine(c)
   lines = []
   report = compile_lib.run(
       c, "v5p-8", update=False, samplers=False, engine=True,
@@ -306,10 +311,7 @@ def test_a_decode_step_moves_rows_not_weights(layout):
       model__mlp_dim=1024,
       model__decode_sharding=layout,
   )
-  c.sampling.slots = 8
-  c.sampling.prefill_rows = 4
-  c.sampling.decode_steps = 4
-  c.sampling.prefill_chunk = 64
+  _small_engine(c)
   report = compile_lib.run(
       c, "v5p-8", update=False, samplers=False, engine=True, roles=["agent"],
       engine_windows=1, bytes_breakdown=True, log=lambda _: None,
