@@ -8,9 +8,12 @@ Loads `--config`'s checkpoint once and decodes greedily with the compiled
 sampler (`spade.sampling.sampler.Sampler`, the designer head) under each
 weight representation of `--variants`:
 
-  float32    the weights as loaded, float32 activations (the CPU configs)
-  bf16       bfloat16 weights, float32 activations (`model.param_dtype`)
-  bf16_all   bfloat16 weights and activations (`model.dtype` too)
+  in_out     float32 weights stored [in, out] (`model.kernel_layout`),
+             float32 activations
+  out_in     float32 weights stored [out, in] (the CPU configs' layout)
+  bf16       bfloat16 weights [in, out], float32 activations
+             (`model.param_dtype`)
+  bf16_all   bfloat16 weights [in, out] and activations (`model.dtype` too)
 
 Decode time is measured alone: each call's time minus a one-token call's
 time (its prefill), over `--tokens - 1` steps, best of `--repeats`. The
@@ -20,7 +23,7 @@ read: every weight except the input embedding (a step gathers `rows` of it)
 and, with `model.separate_heads`, the other role's output layer. Each
 variant's greedy tokens on the parity prompts
 (`tests/model/reference_outputs.json`, transformers' greedy continuation of
-the same file) are compared with float32's. The last line:
+the same file) are compared with the first variant's. The last line:
 
   model=... read_gbs=... <variant>_rows<R>_tok_s=... <variant>_rows<R>_bound_frac=... <variant>_parity=...
 """
@@ -38,15 +41,18 @@ import numpy as np
 
 from spade import config as config_lib
 from spade import console
+from spade.model import layers
 from spade.model import loading
 from spade.model import transformer
 from spade.sampling import sampler as sampler_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# name: (model.dtype, model.param_dtype, model.kernel_layout)
 _VARIANTS = {
-    "float32": ("float32", "float32"),
-    "bf16": ("float32", "bfloat16"),
-    "bf16_all": ("bfloat16", "bfloat16"),
+    "in_out": ("float32", "float32", "in_out"),
+    "out_in": ("float32", "float32", "out_in"),
+    "bf16": ("float32", "bfloat16", "in_out"),
+    "bf16_all": ("bfloat16", "bfloat16", "in_out"),
 }
 # The parity prompts' entry in reference_outputs.json, by config size.
 _REFERENCE = {"0.5b": "qwen2_gguf", "1.5b": "qwen2_gguf_1p5b"}
@@ -84,7 +90,7 @@ def main(argv=None) -> None:
   p.add_argument("--rows", default="2,8")
   p.add_argument("--tokens", type=int, default=48)
   p.add_argument("--repeats", type=int, default=2)
-  p.add_argument("--variants", default="float32,bf16,bf16_all")
+  p.add_argument("--variants", default="in_out,out_in,bf16,bf16_all")
   args = p.parse_args(argv)
   config = config_lib.load_file(args.config, _ROOT)
   size = config.checkpoint.size
@@ -92,16 +98,21 @@ def main(argv=None) -> None:
       os.path.join(_ROOT, "tests", "model", "reference_outputs.json")
   ) as f:
     reference = json.load(f)["models"][_REFERENCE[size]]["cases"]
+  config.model.kernel_layout = "in_out"
   params32 = loading.initial_params(config, jax.random.PRNGKey(0))
   bandwidth = read_bandwidth()
   print(f"read bandwidth {bandwidth:.1f} GB/s (numpy sum of 1 GiB)")
   figures = {"model": f"qwen2.5-coder-{size}", "read_gbs": round(bandwidth, 1)}
   parity_tokens = {}
-  for name in args.variants.split(","):
-    dtype, param_dtype = _VARIANTS[name]
+  variants = args.variants.split(",")
+  for name in variants:
+    dtype, param_dtype, kernel_layout = _VARIANTS[name]
     m = config.model.copy_and_resolve_references()
     m.dtype, m.param_dtype = dtype, param_dtype
+    m.kernel_layout = kernel_layout
     params = jax.tree.map(lambda x: x.astype(param_dtype), params32)
+    if kernel_layout == "out_in":
+      params = layers.kernels_out_in(params)  # new arrays, transposed
     nbytes = step_bytes(params, m)
     sampler = sampler_lib.Sampler(
         *transformer.sampling_fns(m, transformer.Role.DESIGNER), pad_id=0
@@ -114,7 +125,8 @@ def main(argv=None) -> None:
         temperature=0.0,
     )
     parity_tokens[name] = np.asarray(out.tokens)
-    same = bool(np.array_equal(parity_tokens[name], parity_tokens["float32"]))
+    first = parity_tokens[variants[0]]
+    same = bool(np.array_equal(parity_tokens[name], first))
     hf = all(
         np.array_equal(out.tokens[i], c["hf_greedy_ids"])
         for i, c in enumerate(reference)
@@ -149,7 +161,7 @@ def main(argv=None) -> None:
           f" {frac:.2f} of the bound"
       )
     line.append(
-        f"greedy tokens {'equal' if same else 'differ from'} float32's"
+        f"greedy tokens {'equal' if same else 'differ from'} {variants[0]}'s"
         f" (transformers' {'equal' if hf else 'differ'})"
     )
     print("; ".join(line), flush=True)

@@ -62,4 +62,8 @@ def get_config(arg=None):
     # refused, so the refused one's regret.invalid_penalty gave the designer
     # rows a signal and the update ran (docs/results.md, "The 1.5B run").
     c.designer.num_envs = 4
+    # The pool is the valid designs alone: no seed program tops it up to
+    # num_envs (16 agent episodes on 3 designs and a seed program became
+    # 12 on the designs: the seed program taught nothing about them).
+    c.designer.use_seed_programs = False
   return c

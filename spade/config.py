@@ -86,6 +86,12 @@ def base_config() -> ConfigDict:
   # (a step reads each chip's shard once, docs/scale.md); "fsdp" all-gathers
   # every weight each step, as training does. The same program on one device.
   c.model.decode_sharding = "stationary"
+  # How projection kernels are stored: "in_out" ([in, out]) or "out_in"
+  # ([out, in], the files' own layout), which XLA's CPU backend streams
+  # about twice as fast in a matmul of a few rows (decoding 2 to 16 rows);
+  # the same values and results either way. The CPU configs of real models
+  # take "out_in" (benchmarks/cpu_decode.py).
+  c.model.kernel_layout = "in_out"
   # Whole-sequence forwards (the update) attend this many queries at a time,
   # each block rematerialised, so the backward keeps [chunk, L] attention
   # scores instead of [L, L]; same results. 0: one block (the reference's);

@@ -37,7 +37,15 @@ _CACHE_FORMAT = f"spade-converted-gguf-v{_CACHE_VERSION}"
 
 # Keys of config.model that do not change the stored values. The heads
 # (`separate_heads`) are built from the one stored output layer on loading.
-_NOT_IN_KEY = ("max_len", "dtype", "remat", "separate_heads")
+# (The converted copy holds [in, out] kernels whatever
+# `model.kernel_layout`: `placement.materialize` transposes them as it reads.)
+_NOT_IN_KEY = (
+    "max_len",
+    "dtype",
+    "remat",
+    "separate_heads",
+    "kernel_layout",
+)
 
 # The stored name of the checkpoint's output layer, whatever heads the config
 # builds from it: the name copies written before `model.separate_heads`

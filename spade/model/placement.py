@@ -20,6 +20,7 @@ import numpy as np
 
 from spade.model import architecture
 from spade.model import gguf_files
+from spade.model import layers
 from spade.model import layout
 from spade.model import sharding as sharding_lib
 from spade.model import transformer
@@ -114,6 +115,14 @@ def materialize(tree: dict[str, Any], model_config, mesh, rules):
   dtype = jnp.dtype(
       architecture.ModelConfig.from_config(model_config).param_dtype
   )
+  cfg = architecture.ModelConfig.from_config(model_config)
+  if cfg.kernel_layout == "out_in":  # transposed views: nothing read here
+    tree = layers.kernels_out_in(
+        tree,
+        lambda lazy, c, lead: dataclasses.replace(
+            lazy, view=layers.to_out_in(lazy.view, c, lead)
+        ),
+    )
   plan, leaves = _layout_plan(tree, model_config)
 
   def shape(ids):

@@ -46,7 +46,7 @@ Adapters = dict[str, dict[str, jax.Array]]
 
 # Leaves that get factors (by name); the embedding table, norms and biases
 # stay frozen.
-_ADAPTED = ("kernel", "unembedding")
+_ADAPTED = ("kernel", layers.TRANSPOSED, "unembedding")
 
 
 def _path(path) -> str:
@@ -65,16 +65,55 @@ def _split(names: tuple[str, ...], axes: tuple[str, ...]):
   return lead, left, len(body) - left
 
 
-def _specs(params: PyTree) -> dict[str, tuple[tuple[str, ...], Any]]:
-  """path -> (logical axes, leaf) of every adapted kernel."""
+class _Kernel(NamedTuple):
+  """An adapted leaf as its factors see it: [*lead, *in, *out] for every
+  projection, whichever way it is stored (`model.kernel_layout`)."""
+
+  axes: tuple[str, ...]
+  shape: tuple[int, ...]
+  dtype: Any
+  back: tuple[int, ...] | None  # the view's axes -> the stored leaf's
+
+
+def _view(names: tuple[str, ...], spec: tuple[str, ...], shape) -> _Kernel:
+  """The factors' view of a leaf: a `kernel_t` [*lead, *out, *in] seen as
+  [*lead, *in, *out], so its factors are those of the same `kernel`
+  (A on the inputs, random; B on the outputs, zero)."""
+  shape = tuple(shape)
+  if names[-1] != layers.TRANSPOSED:
+    return _Kernel(spec, shape, None, None)
+  lead = 1 if spec[0] == "layers" else 0
+  n, n_in = len(spec), layers.CONTRACTED[names[-2]]
+  order = (
+      tuple(range(lead))
+      + tuple(range(n - n_in, n))
+      + tuple(range(lead, n - n_in))
+  )
+  back = tuple(int(i) for i in np.argsort(order))
+  return _Kernel(
+      tuple(spec[i] for i in order), tuple(shape[i] for i in order), None, back
+  )
+
+
+def _to_stored(change: jax.Array, back) -> jax.Array:
+  """A change in the factors' view, in the stored leaf's layout (a layer
+  of a stack: `change` has one axis fewer than `back` counts)."""
+  if back is None:
+    return change
+  drop = len(back) - change.ndim
+  return jnp.transpose(change, tuple(i - drop for i in back[drop:]))
+
+
+def _specs(params: PyTree) -> dict[str, _Kernel]:
+  """path -> the factors' view of every adapted kernel (`_view`)."""
   axes = transformer.param_logical_axes(params)
   out = {}
 
   def visit(path, leaf, spec):
     names = tuple(str(getattr(p, "key", p)) for p in path)
-    spec = tuple(spec)
-    if _split(names, spec) is not None:
-      out[_path(path)] = (spec, leaf)
+    view = _view(names, tuple(spec), np.shape(leaf))
+    if _split(names, view.axes) is not None:
+      out[_path(path)] = view._replace(dtype=leaf.dtype)
 
   jax.tree_util.tree_map_with_path(visit, params, axes)
   return out
@@ -89,9 +128,9 @@ def init_adapters(params: PyTree, rank: int, rng: jax.Array) -> Adapters:
   if rank < 1:
     raise ValueError(f"config.optim.lora_rank={rank} must be >= 1 here")
   adapters = {}
-  for i, (path, (spec, leaf)) in enumerate(sorted(_specs(params).items())):
-    lead, left, right = _split(tuple(path.split("/")), spec)
-    shape = tuple(np.shape(leaf))
+  for i, (path, view) in enumerate(sorted(_specs(params).items())):
+    lead, left, right = _split(tuple(path.split("/")), view.axes)
+    shape = view.shape
     lead_shape = shape[:lead]
     left_shape = shape[lead : lead + left]
     right_shape = shape[lead + left :]
@@ -99,8 +138,8 @@ def init_adapters(params: PyTree, rank: int, rng: jax.Array) -> Adapters:
     fan_in = math.prod(left_shape)
     a = jax.random.normal(key, lead_shape + left_shape + (rank,), jnp.float32)
     adapters[path] = {
-        "a": (a / math.sqrt(fan_in)).astype(leaf.dtype),
-        "b": jnp.zeros(lead_shape + (rank,) + right_shape, leaf.dtype),
+        "a": (a / math.sqrt(fan_in)).astype(view.dtype),
+        "b": jnp.zeros(lead_shape + (rank,) + right_shape, view.dtype),
     }
   return adapters
 
@@ -108,7 +147,8 @@ def init_adapters(params: PyTree, rank: int, rng: jax.Array) -> Adapters:
 def adapter_logical_axes(params: PyTree) -> dict[str, dict[str, tuple]]:
   """Logical axes of each factor: its kernel's, the rank axis unsharded."""
   out = {}
-  for path, (spec, _) in _specs(params).items():
+  for path, view in _specs(params).items():
+    spec = view.axes
     lead, left, _ = _split(tuple(path.split("/")), spec)
     head, body = spec[:lead], spec[lead:]
     out[path] = {
@@ -128,14 +168,17 @@ def product(adapter: dict[str, jax.Array], lead: int) -> jax.Array:
 
 
 def _map_kernels(params: PyTree, adapters: Adapters, fn) -> PyTree:
-  """params with fn(kernel, path, lead) at every kernel in `adapters`."""
+  """params with fn(kernel, path, lead, back) at every kernel in `adapters`
+  (`back`: `_view`'s, None for a kernel stored as its factors see it)."""
   axes = transformer.param_logical_axes(params)
 
   def visit(path, leaf, spec):
     key = _path(path)
     if key not in adapters:
       return leaf
-    return fn(leaf, key, _split(tuple(key.split("/")), tuple(spec))[0])
+    names = tuple(key.split("/"))
+    view = _view(names, tuple(spec), np.shape(leaf))
+    return fn(leaf, key, _split(names, view.axes)[0], view.back)
 
   return jax.tree_util.tree_map_with_path(visit, params, axes)
 
@@ -181,23 +224,23 @@ def variables(params: PyTree | Attached) -> dict[str, PyTree]:
 def shift(params: PyTree, old: Adapters, new: Adapters, scale: float) -> PyTree:
   """`params` moved by the factors' change: W + s·(A'@B' - A@B)."""
 
-  def moved(w, a, b, lead):
-    change = product({"a": a, "b": b}, lead)
+  def moved(w, a, b, lead, back):
+    change = _to_stored(product({"a": a, "b": b}, lead), back)
     return (w.astype(jnp.float32) + scale * change).astype(w.dtype)
 
-  def fn(w, path, lead):
+  def fn(w, path, lead, back):
     # A'B' - AB as one product of rank 2r: [A', A] @ [B'; -B].
     a = jnp.concatenate([new[path]["a"], old[path]["a"]], axis=-1)
     b = jnp.concatenate([new[path]["b"], -old[path]["b"]], axis=lead)
     if lead == 0:
-      return moved(w, a, b, 0)
+      return moved(w, a, b, 0, back)
 
     # A stacked kernel moves one layer at a time, in place: its change is
     # formed a layer's worth at a time, not whole beside it (the 1.5B's
     # stacked MLP kernels are 1.44 GiB each, and the whole changes of
     # several at once were the default run's peak).
     def layer(i, w):
-      return w.at[i].set(moved(w[i], a[i], b[i], lead - 1))
+      return w.at[i].set(moved(w[i], a[i], b[i], lead - 1, back))
 
     return jax.lax.fori_loop(0, w.shape[0], layer, w)
 
@@ -209,7 +252,8 @@ def merged_delta(
 ) -> dict[str, jax.Array]:
   """path -> s·A@B of every adapter (what training has added to a kernel)."""
   specs = _specs(params)
-  return {
-      k: scale * product(v, _split(tuple(k.split("/")), specs[k][0])[0])
-      for k, v in adapters.items()
-  }
+  out = {}
+  for k, v in adapters.items():
+    lead = _split(tuple(k.split("/")), specs[k].axes)[0]
+    out[k] = scale * _to_stored(product(v, lead), specs[k].back)
+  return out

@@ -16,6 +16,7 @@ import pytest
 from spade import config as config_lib
 from spade.model import gguf_files
 from spade.model import gguf_tensors
+from spade.model import layers
 from spade.model import loading
 from spade.model import transformer
 
@@ -189,6 +190,21 @@ def test_loaded_tree_matches_the_model_and_runs(family, gemma_file, qwen_file):
   )
   assert logits.shape == (1, 4, V)
   assert bool(jnp.all(jnp.isfinite(logits)))
+
+
+def test_out_in_layout_loads_the_same_weights_transposed(qwen_file):
+  # `model.kernel_layout="out_in"` transposes each kernel as it is read
+  # (a view of the file's tensor until then): the in_out load, transposed.
+  config = _config("qwen2")
+  config.checkpoint.path = qwen_file
+  want = layers.kernels_out_in(loading.initial_params(config))
+  config.model.kernel_layout = "out_in"
+  got = loading.initial_params(config)
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+  kernel = got["layers"]["block_0"]["mlp"]["down"][layers.TRANSPOSED]
+  assert kernel.shape == (LAYERS, E, F)  # [layers, out, in]
 
 
 def test_config_mismatch_names_the_key(gemma_file):

@@ -23,7 +23,8 @@ def _params(layers=8, embed=256, mlp=1024):
 def _whole(params, old, new, scale):
   """The change of every kernel formed whole, as one batched product."""
 
-  def fn(w, path, lead):
+  def fn(w, path, lead, back):
+    assert back is None  # [in, out] kernels (tests/model/test_kernel_layout)
     both = {
         "a": jnp.concatenate([new[path]["a"], old[path]["a"]], axis=-1),
         "b": jnp.concatenate([new[path]["b"], -old[path]["b"]], axis=lead),
