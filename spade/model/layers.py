@@ -82,10 +82,10 @@ CONTRACTED = {
 
 # `config.model.kernel_layout="out_in"` stores each projection as
 # `kernel_t`, its features first and its inputs last ([out, in], the layout
-# of Hugging Face and GGUF files): on XLA's CPU backend a matmul of a few
-# rows streams such a weight about twice as fast as an [in, out] one (a
-# 1.5B-shaped MLP kernel at 4 rows: 2.5 against 4.7 ms,
-# benchmarks/cpu_decode.py), and a large one takes the same time.
+# of Hugging Face and GGUF files): XLA's CPU backend streams such a weight
+# faster in a matmul of a few rows (one 1.5B-shaped MLP kernel alone at 4
+# rows: 2.3-2.5 against 4.5-4.8 ms; a whole decode step of the 1.5B at 4
+# and 8 rows: 1.12x and 1.19x, benchmarks/README.md).
 TRANSPOSED = "kernel_t"
 for _module, _c in CONTRACTED.items():
   _axes = PARAM_AXES[(_module, "kernel")]
