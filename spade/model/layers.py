@@ -246,9 +246,7 @@ class Linear(nn.Module):
           in_axis=tuple(range(c)), out_axis=tuple(range(c, c + f))
       )
       contracted = tuple(range(c))
-    kernel = self.param(
-        name, logical_init(init, self.name, name), shape, pdt
-    )
+    kernel = self.param(name, logical_init(init, self.name, name), shape, pdt)
     dtype = jnp.dtype(self.cfg.dtype)
     move_rows = stationary(self.cfg, x)
     axes = PARAM_AXES[(self.name, "kernel")]  # [*in, *features] either way

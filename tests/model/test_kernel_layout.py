@@ -54,9 +54,10 @@ def test_every_projection_is_transposed_and_nothing_else(both):
     t = oi.pop(k + "_t")
     c = layers.CONTRACTED[k.split("/")[-2]]
     # [L, *in, *out] -> [L, *out, *in]
-    assert t.shape == (io[k].shape[0],) + io[k].shape[1 + c :] + io[k].shape[
-        1 : 1 + c
-    ]
+    assert (
+        t.shape
+        == (io[k].shape[0],) + io[k].shape[1 + c :] + io[k].shape[1 : 1 + c]
+    )
     np.testing.assert_array_equal(layers.to_out_in(t, t.ndim - 1 - c, 1), io[k])
   assert set(oi) == {k for k in io if not k.endswith("/kernel")}
 
