@@ -59,8 +59,8 @@ DECODE_SHARDINGS = ("stationary", "fsdp")
 
 # `config.model.kernel_layout`: how a projection's kernel is stored. "in_out":
 # [*in, *out] (`kernel`); "out_in": [*out, *in] (`kernel_t`, the layout of
-# Hugging Face and GGUF files), which XLA's CPU backend streams about twice
-# as fast in a matmul of a few rows (`spade.model.layers.TRANSPOSED`).
+# Hugging Face and GGUF files), which XLA's CPU backend streams faster in a
+# matmul of a few rows (`spade.model.layers.TRANSPOSED`).
 KERNEL_LAYOUTS = ("in_out", "out_in")
 
 # The two stacks of scanned layers (see the module docstring).
