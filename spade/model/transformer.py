@@ -542,6 +542,35 @@ def param_logical_axes(params: Params) -> Any:
   return jax.tree_util.tree_map_with_path(axes, nn.unbox(params))
 
 
+# The leaves every use of which casts them to `config.model.dtype` first
+# (`layers.Linear`, the embedding's gather, `_head_logits`): stored in that
+# type in the decoding layout, they give the same values.
+_CAST_FOR_DECODING = (
+    "kernel",
+    layers.TRANSPOSED,
+    "input_embedding",
+    "unembedding",
+)
+
+
+def decode_dtypes(params: Params, model_config) -> Params:
+  """`params` with the matmul weights in `config.model.dtype` when it is
+  narrower than `param_dtype` (bfloat16 activations over float32 weights,
+  the TPU configs): what every decode step would otherwise convert again,
+  and the bytes it reads, halved. Norm scales and biases keep their type
+  (they are used in float32)."""
+  cfg = architecture.ModelConfig.from_config(model_config)
+  dtype = jnp.dtype(cfg.dtype)
+
+  def cast(path, leaf):
+    name = str(getattr(path[-1], "key", path[-1]))
+    if name in _CAST_FOR_DECODING and leaf.dtype.itemsize > dtype.itemsize:
+      return leaf.astype(dtype)
+    return leaf
+
+  return jax.tree_util.tree_map_with_path(cast, params)
+
+
 class SamplingFns(NamedTuple):
   """What `spade.sampling.Sampler` takes for one role (`Sampler(*fns, ...)`).
 
@@ -588,7 +617,9 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
   def make_cache(batch: int, length: int) -> kv_cache.Cache:
     return kv_cache.init_cache(cfg, batch, length, per_layer=per_layer)
 
-  unstack = jax.jit(lambda p: layout.to_per_layer_layout(p, cfg))
+  unstack = jax.jit(
+      lambda p: decode_dtypes(layout.to_per_layer_layout(p, cfg), cfg)
+  )
 
   def prepare_params(params: Params) -> Params:
     # Runs outside jit (the slot engine) or inside (the lock-step sampler):

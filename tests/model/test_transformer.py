@@ -643,6 +643,37 @@ def test_chunked_attention_gives_the_same_loss_and_gradients(family):
 _BF16_MEAN_TOL, _BF16_MAX_TOL = 0.03, 0.2
 
 
+def test_decoding_weights_in_the_activations_type_change_no_value():
+  # bfloat16 activations over float32 weights (the TPU configs): the
+  # decoding layout holds the matmul weights in bfloat16 (every use casts
+  # them first), so a step reads half and converts nothing; its logits
+  # and cache are those of the float32 weights, to the bit.
+  c = _tiny(dtype="bfloat16", param_dtype="float32", qkv_bias=True)
+  params = nn.unbox(T.init_params(c, jax.random.key(0)))
+  fns = T.sampling_fns(c, T.Role.AGENT)
+  prepared = fns.prepare_params(params)
+  plain = layout.to_per_layer_layout(params, c)
+  kinds = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(prepared):
+    kinds.setdefault(str(path[-1].key), set()).add(str(leaf.dtype))
+  for name in ("kernel", "input_embedding", "unembedding"):
+    assert kinds[name] == {"bfloat16"}, name
+  for name in ("scale", "bias"):
+    assert kinds[name] == {"float32"}, name
+  tokens = jax.random.randint(jax.random.key(3), (2, 6), 1, 259)
+  pos = jnp.broadcast_to(jnp.arange(6), (2, 6))
+  mask = jnp.ones((2, 6), bool)
+  got = fns.tokens_to_logits(
+      prepared, tokens, pos, mask, fns.init_cache(2, 8), 0
+  )
+  want = fns.tokens_to_logits(plain, tokens, pos, mask, fns.init_cache(2, 8), 0)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+  # float32 activations keep float32 weights (the CPU configs).
+  f32 = T.sampling_fns(_tiny(), T.Role.AGENT).prepare_params(params)
+  assert {x.dtype for x in jax.tree.leaves(f32)} == {jnp.dtype(jnp.float32)}
+
+
 @pytest.mark.slow
 def test_bfloat16_log_probs_stay_close_to_float32():
   cfg = _tiny()
