@@ -242,6 +242,7 @@ class CurriculumTrainer(loop.Trainer):
           rng=jax.random.fold_in(jax.random.PRNGKey(config.seed), 1),
           mesh=e.mesh,
           rules=e.rules,
+          keep_reference=state_lib.keeps_reference(config),
       )
     self.scripted = scripted
     self.label = os.path.basename(workdir)

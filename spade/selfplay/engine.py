@@ -112,7 +112,7 @@ class Engine:
         rng=jax.random.fold_in(rng, 1),
         mesh=self.mesh,
         rules=self.rules,
-        keep_reference=config.optim.kl_coef > 0,
+        keep_reference=state_lib.keeps_reference(config),
         lora_rank=config.optim.lora_rank,
     )
     self.update_step = update_lib.make_update_step(
@@ -490,6 +490,13 @@ class Engine:
       logging.info("warm start %d/%d: %s", step + 1, steps, metrics)
       ticker.update(step + 1)
     ticker.close(steps)
+    if self.state.ref_params is not None:
+      # The KL term's reference is the policy self-play starts from (slime's
+      # --ref-load, the checkpoint RL begins at), not the one before the
+      # supervised stage.
+      self.state = self.state.replace(
+          ref_params=jax.tree.map(lambda x: x.copy(), self.state.params)
+      )
 
 
 def _folder_rows(engine: Engine, folder: str) -> list[batching.Row]:

@@ -114,8 +114,9 @@ def _decay_mask(kind: str):
 
 
 def keeps_reference(config: ml_collections.ConfigDict) -> bool:
-  """Whether the state carries frozen reference params (KL term on)."""
-  return config.optim.kl_coef > 0
+  """Whether the state carries frozen reference params (a KL term on)."""
+  o = config.optim
+  return o.kl_coef > 0 or o.get("designer_kl_coef", 0.0) > 0
 
 
 def create_train_state(

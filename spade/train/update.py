@@ -400,7 +400,8 @@ def _compile(
         )
     if needs_reference and state.ref_params is None:
       raise ValueError(
-          "config.optim.kl_coef > 0 needs reference params in the state:"
+          "config.optim.kl_coef > 0 (or designer_kl_coef > 0) needs reference"
+          " params in the state:"
           " create it with state.create_state(..., keep_reference=True)"
       )
     # Traced under the mesh and rules, so the model's logical activation
@@ -448,7 +449,7 @@ def make_update_step(
       state was made with).
     mesh: the device mesh (axes named as in `config.mesh.rules`).
     config: the full config; reads `config.optim` (clip_low, clip_high,
-      kl_coef, designer_loss_weight, agent_loss_weight, designer_tis,
+      kl_coef, designer_kl_coef, designer_loss_weight, agent_loss_weight, designer_tis,
       agent_tis, max_importance_weight, epochs, num_minibatches) and
       `config.mesh.rules`.
 
@@ -482,6 +483,10 @@ def make_update_step(
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,
   }
+  role_kl = {
+      "designer": o.kl_coef + o.get("designer_kl_coef", 0.0),
+      "agent": o.kl_coef,
+  }
   # "sample_mean" (slime's): each row's token mean, summed over both roles'
   # rows; the host gives each row the weight 1 / the rows there were
   # (`sample_weights`). "token_mean" (ours): each role's token mean.
@@ -500,7 +505,7 @@ def make_update_step(
       def role_loss(sub, name=name, role=role):
         logp = _logprobs(model, params, sub, role, o.logprob_chunk)
         ref_logp = None
-        if use_kl:
+        if role_kl[name] > 0:
           ref_logp = jax.lax.stop_gradient(
               _logprobs(model, ref_params, sub, role, o.logprob_chunk)
           )
@@ -513,7 +518,7 @@ def make_update_step(
             clip_low=o.clip_low,
             clip_high=o.clip_high,
             ref_logprobs=ref_logp,
-            kl_coef=o.kl_coef,
+            kl_coef=role_kl[name],
             max_importance_weight=importance[name],
             reduction=reduction,
             kl_estimator=o.get("kl_estimator", "low_var_kl"),
@@ -578,6 +583,10 @@ def make_sft_step(
   role_weight = {
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,
+  }
+  role_kl = {
+      "designer": o.kl_coef + o.get("designer_kl_coef", 0.0),
+      "agent": o.kl_coef,
   }
 
   def loss_fn(params, ref_params, batch):

@@ -168,3 +168,32 @@ def test_sampling_holds_one_sharded_copy_of_the_weights():
   assert jax.tree.map(lambda x: x.sharding, back) == shardings
   for got, value in zip(jax.tree.leaves(back), jax.tree.leaves(want)):
     np.testing.assert_array_equal(np.asarray(got), value)
+
+
+def test_the_kl_reference_is_the_policy_after_the_warm_start():
+  """A KL term pulls toward the policy self-play starts from: the
+  supervised warm start moves the params, and the reference with them."""
+  from spade.environments import ladder  # pylint: disable=g-import-not-at-top
+  from spade.selfplay import engine as engine_lib  # pylint: disable=g-import-not-at-top
+
+  c = _config()
+  c.optim.designer_kl_coef = 0.1
+  c.model.max_len = 384  # a ladder program and its prompt's tail
+  c.designer.max_new_tokens = 320
+  c.train.warm_start_dir = ladder.TRAIN_DIR
+  c.train.warm_start_batch = 8
+  engine = engine_lib.Engine(c)
+  before = jax.device_get(engine.state.params)
+  engine.warm_start([], 1)
+  state = engine.state
+  moved = [
+      float(np.abs(np.asarray(a) - b).max())
+      for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(before))
+  ]
+  assert max(moved) > 0
+  assert _check_split(state.ref_params) == _check_split(state.params)
+  for ref, now in zip(
+      jax.tree.leaves(state.ref_params), jax.tree.leaves(state.params)
+  ):
+    assert ref is not now  # a copy: the update step donates the params
+    np.testing.assert_array_equal(np.asarray(ref), np.asarray(now))

@@ -435,3 +435,28 @@ def test_summed_microbatches_add_up_to_the_whole_batch():
   np.testing.assert_allclose(float(split), float(whole), rtol=1e-6)
   weighted = update.sample_weights({"agent": sub}, samples=8)
   np.testing.assert_allclose(weighted["agent"]["weights"], 0.25 / 8)
+
+
+def test_designer_kl_coef_weighs_the_designers_rows_only(setup):
+  """`optim.designer_kl_coef` adds a KL term to the designer's rows and
+  leaves the agent's loss its policy loss; both roles' KL is measured
+  against the same reference."""
+  # Each role's token mean: the loss is then pg_loss + coef x kl.
+  c = _config(designer_kl_coef=0.5, epochs=1, loss_reduction="token_mean")
+  mesh = _mesh(c, 1, 1, 1)
+  optimizer, state = _state(setup, c, mesh)
+  assert state.ref_params is not None
+  # A reference away from the params: the KL is not zero at step 0.
+  state = state.replace(
+      ref_params=jax.tree.map(lambda x: x * 1.05, state.ref_params)
+  )
+  step = update.make_update_step(setup["model"], optimizer, mesh, c)
+  _, m = step(state, setup["batch"])
+  m = jax.device_get(m)
+  assert m["train/designer_kl"] > 1e-6
+  assert m["train/designer_loss"] == pytest.approx(
+      m["train/designer_pg_loss"] + 0.5 * m["train/designer_kl"], rel=1e-5
+  )
+  assert m["train/agent_kl"] == 0.0
+  assert m["train/agent_loss"] == pytest.approx(m["train/agent_pg_loss"])
+  assert not state_lib.keeps_reference(_config())
