@@ -93,14 +93,17 @@ for _module, _c in CONTRACTED.items():
 del _module, _c, _axes
 
 
+def out_in_axes(ndim: int, contracted: int, lead: int = 0) -> tuple:
+  """The permutation that takes a kernel [*lead, *in, *out] (`contracted`
+  in axes, `ndim` in all) to its `kernel_t` [*lead, *out, *in]."""
+  ins = tuple(range(lead, lead + contracted))
+  return tuple(range(lead)) + tuple(range(lead + contracted, ndim)) + ins
+
+
 def to_out_in(kernel, contracted: int, lead: int = 0):
   """A kernel [*lead, *in, *out] (`contracted` in axes) as [*lead, *out, *in]
   (a transpose: a view for numpy arrays)."""
-  n = np.ndim(kernel)
-  ins = tuple(range(lead, lead + contracted))
-  return kernel.transpose(
-      tuple(range(lead)) + tuple(range(lead + contracted, n)) + ins
-  )
+  return kernel.transpose(out_in_axes(np.ndim(kernel), contracted, lead))
 
 
 def kernels_out_in(tree: dict, transpose=to_out_in) -> dict:

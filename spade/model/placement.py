@@ -112,10 +112,8 @@ def materialize(tree: dict[str, Any], model_config, mesh, rules):
   holds a converted copy of more than one stacked leaf (none at all with a
   mesh).
   """
-  dtype = jnp.dtype(
-      architecture.ModelConfig.from_config(model_config).param_dtype
-  )
   cfg = architecture.ModelConfig.from_config(model_config)
+  dtype = jnp.dtype(cfg.param_dtype)
   if cfg.kernel_layout == "out_in":  # transposed views: nothing read here
     tree = layers.kernels_out_in(
         tree,

@@ -83,13 +83,8 @@ def _view(names: tuple[str, ...], spec: tuple[str, ...], shape) -> _Kernel:
   if names[-1] != layers.TRANSPOSED:
     return _Kernel(spec, shape, None, None)
   lead = 1 if spec[0] == "layers" else 0
-  n, n_in = len(spec), layers.CONTRACTED[names[-2]]
-  order = (
-      tuple(range(lead))
-      + tuple(range(n - n_in, n))
-      + tuple(range(lead, n - n_in))
-  )
-  back = tuple(int(i) for i in np.argsort(order))
+  back = layers.out_in_axes(len(spec), layers.CONTRACTED[names[-2]], lead)
+  order = tuple(int(i) for i in np.argsort(back))
   return _Kernel(
       tuple(spec[i] for i in order), tuple(shape[i] for i in order), None, back
   )
