@@ -178,7 +178,7 @@ def iteration(
   if on_played is not None:
     on_played(played)
   signal = sum(map(len, agent_samples)) + sum(
-      r is not None for r in designer_samples
+      r is not None and r.advantage != 0.0 for r in designer_samples
   )
   rows = (len(agent_rows), len(due_rows), signal, total)
   counts = tuple(b - a for a, b in zip(prefill, engine.prefill_counts()))

@@ -234,6 +234,14 @@ def designer_advantages(
   return scores.designer_advantages * scale
 
 
+def keeps_unsignalled_designs(config: ml_collections.ConfigDict) -> bool:
+  """Whether designs whose advantage is 0 are update rows too: under
+  `optim.designer_kl_coef` > 0 (ours) their KL to the reference still pulls
+  the designer back, and a designer whose every design broke (all invalid,
+  every advantage 0) is pulled back only through them."""
+  return config.optim.get("designer_kl_coef", 0.0) > 0
+
+
 def designer_samples(
     config: ml_collections.ConfigDict,
     window: records.Window,
@@ -242,10 +250,12 @@ def designer_samples(
 ) -> list[batching.Row | None]:
   """One entry a design of the closing `window`, in order: its update row
   with its weighted advantage (`designer_advantages`), or None where that
-  is 0 (it counts among the batch's samples but is not batched)."""
+  is 0 (it counts among the batch's samples but is not batched) and no
+  KL term weighs the designer's rows (`keeps_unsignalled_designs`)."""
+  keep = keeps_unsignalled_designs(config)
   return [
       batching.Row(d.prompt_ids, d.completion_ids, d.logprobs, float(a))
-      if float(a) != 0.0
+      if float(a) != 0.0 or keep
       else None
       for d, a in zip(
           window.designs,
@@ -299,9 +309,10 @@ def top_up_samples(
   )
   group = np.array([d.group for d in designs], np.int32)
   advantages = np.asarray(delayed.centre_per_skill(raw, group, keep, scale))
+  keep_all = keeps_unsignalled_designs(config)
   rows = [
       batching.Row(d.prompt_ids, d.completion_ids, d.logprobs, float(a))
-      if float(a) != 0.0
+      if float(a) != 0.0 or keep_all
       else None
       for d, a in zip(designs, advantages)
   ]

@@ -243,6 +243,23 @@ def test_top_up_samples_score_as_the_reference_and_weigh_as_a_window():
   assert score_lib.top_up_samples(c, [], timed_out, 12)[0] == []
 
 
+def test_a_designer_kl_keeps_the_designs_without_signal_as_rows():
+  """Under `optim.designer_kl_coef` a design whose advantage is 0 is still
+  an update row (its KL term is its gradient): all invalid, none dropped."""
+  c = _config()
+  designs = _designs([False, False, False])
+  timed_out = [False] * 5
+  rows, _ = score_lib.top_up_samples(c, designs, timed_out, actor_rows=12)
+  assert rows == [None, None, None]
+  c.optim.designer_kl_coef = 0.1
+  assert score_lib.keeps_unsignalled_designs(c)
+  rows, _ = score_lib.top_up_samples(c, designs, timed_out, actor_rows=12)
+  assert [r.advantage for r in rows] == [0.0, 0.0, 0.0]
+  assert [r.completion_ids for r in rows] == [
+      d.completion_ids for d in designs
+  ]
+
+
 def test_a_window_gains_environments_with_their_earlier_steps_masked():
   env = lambda s: records.Environment(s, "design", None)  # noqa: E731
   window = records.Window.open(0, [env("a")], [])
