@@ -461,10 +461,11 @@ def base_config() -> ConfigDict:
   c.optim.clip_high = 0.28
   c.optim.kl_coef = 0.0
   # Ours: a KL weight for the designer's rows only, added to kl_coef there
-  # (the reference has one coefficient). A small model that must write a
-  # program right byte for byte breaks it when an update moves its
-  # template (docs/curriculum.md); the KL to the warm-started policy holds
-  # the template while the choices with regret move.
+  # (the reference has one coefficient), against the policy self-play
+  # starts from; under it designs without signal stay update rows. Tried on
+  # the curriculum ladder, where a small model's programs break as updates
+  # move their template: validity came back on one seed of two, the
+  # curriculum gained nothing (docs/curriculum.md).
   c.optim.designer_kl_coef = 0.0
   # The KL term's per-token estimate: "low_var_kl" (slime's, the tool-use
   # recipe's --kl-loss-type): k3 clamped to [-10, 10]; "k3": unclamped.

@@ -556,8 +556,9 @@ _CAST_FOR_DECODING = (
 def decode_dtypes(params: Params, model_config) -> Params:
   """`params` with the matmul weights in `config.model.dtype` when it is
   narrower than `param_dtype` (bfloat16 activations over float32 weights,
-  the TPU configs): what every decode step would otherwise convert again,
-  and the bytes it reads, halved. Norm scales and biases keep their type
+  the TPU configs): what every decode call would otherwise convert again
+  (XLA hoists the conversion out of the step loop), and the bytes a step
+  reads, halved. Norm scales and biases keep their type
   (they are used in float32)."""
   cfg = architecture.ModelConfig.from_config(model_config)
   dtype = jnp.dtype(cfg.dtype)
