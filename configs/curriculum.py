@@ -76,6 +76,12 @@ def get_config(arg=None):
   # were), as the experiment was measured; at the reference's 192 the 8
   # designs' share of the loss falls from 8/72 to 8/192.
   c.optim.global_batch_size = 0
+  # Ours: a KL to the warm start on the designer's rows (designs without
+  # signal kept as rows). Without it the designs broke within 4-9 updates
+  # and the designer arms played the uniform pool's top-ups for the rest
+  # of the run; at 1.0 they came back on both pilot seeds
+  # (docs/curriculum.md).
+  c.optim.designer_kl_coef = 1.0
 
   # One prompt for every design: no document, one skill, a prompt budget
   # shorter than the instructions (their identical tail is kept).

@@ -238,8 +238,11 @@ def keeps_unsignalled_designs(config: ml_collections.ConfigDict) -> bool:
   """Whether designs whose advantage is 0 are update rows too: under
   `optim.designer_kl_coef` > 0 (ours) their KL to the reference still pulls
   the designer back, and a designer whose every design broke (all invalid,
-  every advantage 0) is pulled back only through them."""
-  return config.optim.get("designer_kl_coef", 0.0) > 0
+  every advantage 0) is pulled back only through them. Not where the
+  designer's loss weighs 0 (a frozen designer): rows without a gradient
+  would only make updates run on Adam's momentum alone."""
+  o = config.optim
+  return o.get("designer_kl_coef", 0.0) > 0 and o.designer_loss_weight != 0
 
 
 def designer_samples(

@@ -256,6 +256,8 @@ def test_a_designer_kl_keeps_the_designs_without_signal_as_rows():
   rows, _ = score_lib.top_up_samples(c, designs, timed_out, actor_rows=12)
   assert [r.advantage for r in rows] == [0.0, 0.0, 0.0]
   assert [r.completion_ids for r in rows] == [d.completion_ids for d in designs]
+  c.optim.designer_loss_weight = 0.0  # frozen: no KL acts, no rows
+  assert not score_lib.keeps_unsignalled_designs(c)
 
 
 def test_a_window_gains_environments_with_their_earlier_steps_masked():
