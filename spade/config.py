@@ -464,8 +464,9 @@ def base_config() -> ConfigDict:
   # (the reference has one coefficient), against the policy self-play
   # starts from; under it designs without signal stay update rows. Tried on
   # the curriculum ladder, where a small model's programs break as updates
-  # move their template: validity came back on one seed of two, the
-  # curriculum gained nothing (docs/curriculum.md).
+  # move their template: at 0.3 validity came back on one seed of two, at
+  # 1.0 (configs/curriculum.py) on both; the frontier gained nothing
+  # (docs/curriculum.md).
   c.optim.designer_kl_coef = 0.0
   # The KL term's per-token estimate: "low_var_kl" (slime's, the tool-use
   # recipe's --kl-loss-type): k3 clamped to [-10, 10]; "k3": unclamped.
