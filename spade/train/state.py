@@ -113,10 +113,19 @@ def _decay_mask(kind: str):
   return lambda params: jax.tree_util.tree_map_with_path(decays, params)
 
 
+def kl_coefs(config: ml_collections.ConfigDict) -> dict[str, float]:
+  """Each role's KL weight: `optim.kl_coef`, plus `designer_kl_coef` (ours)
+  on the designer's rows."""
+  o = config.optim
+  return {
+      "designer": o.kl_coef + o.get("designer_kl_coef", 0.0),
+      "agent": o.kl_coef,
+  }
+
+
 def keeps_reference(config: ml_collections.ConfigDict) -> bool:
   """Whether the state carries frozen reference params (a KL term on)."""
-  o = config.optim
-  return o.kl_coef > 0 or o.get("designer_kl_coef", 0.0) > 0
+  return max(kl_coefs(config).values()) > 0
 
 
 def create_train_state(

@@ -449,8 +449,9 @@ def make_update_step(
       state was made with).
     mesh: the device mesh (axes named as in `config.mesh.rules`).
     config: the full config; reads `config.optim` (clip_low, clip_high,
-      kl_coef, designer_kl_coef, designer_loss_weight, agent_loss_weight, designer_tis,
-      agent_tis, max_importance_weight, epochs, num_minibatches) and
+      kl_coef, designer_kl_coef, designer_loss_weight, agent_loss_weight,
+      designer_tis, agent_tis, max_importance_weight, epochs,
+      num_minibatches) and
       `config.mesh.rules`.
 
   Returns:
@@ -483,10 +484,7 @@ def make_update_step(
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,
   }
-  role_kl = {
-      "designer": o.kl_coef + o.get("designer_kl_coef", 0.0),
-      "agent": o.kl_coef,
-  }
+  role_kl = state_lib.kl_coefs(config)
   # "sample_mean" (slime's): each row's token mean, summed over both roles'
   # rows; the host gives each row the weight 1 / the rows there were
   # (`sample_weights`). "token_mean" (ours): each role's token mean.
@@ -583,10 +581,6 @@ def make_sft_step(
   role_weight = {
       "designer": o.designer_loss_weight,
       "agent": o.agent_loss_weight,
-  }
-  role_kl = {
-      "designer": o.kl_coef + o.get("designer_kl_coef", 0.0),
-      "agent": o.kl_coef,
   }
 
   def loss_fn(params, ref_params, batch):
