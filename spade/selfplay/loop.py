@@ -499,8 +499,13 @@ class Trainer:
 
 def _earned(played: Played) -> dict[int, dict[str, float | None]]:
   """Design index -> its environment's mean returns without and with the
-  hint this iteration, its regret and its designer reward so far."""
+  hint this iteration, its regret, its designer reward so far and what it
+  showed the agent first (an unhinted play's first observation)."""
   designs, scores, envs = played.designs, played.scores, played.window.envs
+  shown = {}
+  for ep in sorted(played.episodes, key=lambda ep: ep.hinted):
+    if ep.first_observation and ep.env_index not in shown:
+      shown[ep.env_index] = ep.first_observation
   if played.top_ups:
     # The valid top-ups are the window's last environments, in order.
     valid = [d.index for d in designs if d.valid]
@@ -517,6 +522,7 @@ def _earned(played: Played) -> dict[int, dict[str, float | None]]:
           "return_hint": scores.arm_mean(e, 1),
           "regret": float(scores.regret[e]),
           "reward": played.design_reward(designs[i]),
+          "shows": shown.get(e),
       }
       for i, e in pairs
   }

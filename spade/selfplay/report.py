@@ -2,8 +2,9 @@
 
 At the end of each iteration the loop prints a short summary (each design's
 class name, valid or the reason it failed, the prompt example it nearly
-copies if it does; returns with and without the hint; regret; rows with
-signal) and appends the same, as markdown, to WORKDIR/summary.md. From the
+copies if it does, and for a played one its returns, regret, designer
+reward and first observation; returns with and without the hint; regret;
+rows with signal) and appends the same, as markdown, to WORKDIR/summary.md. From the
 second iteration on, `plots(workdir)` draws WORKDIR/plots/validity.png,
 regret.png and returns.png from metrics.jsonl, and summary.md shows them;
 `write_html` renders the same as WORKDIR/summary.html for a browser.
@@ -121,13 +122,22 @@ def iteration_lines(
   return out
 
 
-def _earned_text(e: Mapping[str, float | None] | None) -> str:
+def shown_text(observation: str | None, limit: int = 70) -> str:
+  """A first observation on one line, at most `limit` characters."""
+  if not observation:
+    return ""
+  text = " ".join(str(observation).split())
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _earned_text(e: Mapping[str, Any] | None) -> str:
   if not e:
     return ""
+  shows = shown_text(e.get("shows"))
   return (
       f"; played: return {_f(e['return_nohint'])} without hint,"
       f" {_f(e['return_hint'])} with, regret {e['regret']:.3f}, designer"
-      f" reward {e['reward']:.3f}"
+      f" reward {e['reward']:.3f}" + (f"; shows {shows!r}" if shows else "")
   )
 
 
@@ -151,17 +161,19 @@ def iteration_markdown(
     lines += [
         "",
         "| design | class | verdict | near-copy of | attempts | return"
-        " without hint | with hint | regret | designer reward |",
+        " without hint | with hint | regret | designer reward | first"
+        " observation |",
     ]
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
       verdict = str(r["verdict"]).replace("|", "\\|")
       e = r.get("earned") or {}
+      shows = shown_text(e.get("shows")).replace("|", "\\|")
       played = (
           f"{_f(e['return_nohint'])} | {_f(e['return_hint'])} |"
-          f" {e['regret']:.3f} | {e['reward']:.3f}"
+          f" {e['regret']:.3f} | {e['reward']:.3f} | {shows or '-'}"
           if e
-          else "- | - | - | -"
+          else "- | - | - | - | -"
       )
       lines.append(
           f"| {r['index']} | `{r['name']}` | {verdict} |"

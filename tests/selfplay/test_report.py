@@ -38,23 +38,28 @@ def test_design_rows_name_the_class_the_failure_and_a_near_copy():
                   True, "ok", details={"class_name": "TinyEnv"})),
   ]  # fmt: skip
   earned = {
-      2: dict(return_nohint=0.25, return_hint=0.75, regret=0.5, reward=0.4)
-  }
+      2: dict(return_nohint=0.25, return_hint=0.75, regret=0.5, reward=0.4,
+              shows="Grid 3x3.\n| you at (0,0) | goal at (2,2) | " + "." * 80)
+  }  # fmt: skip
   rows = report.design_rows(designs, threshold=0.85, earned=earned)
   assert [r["name"] for r in rows] == ["TradingEnv", "-", "TinyEnv"]
   assert [r["earned"] for r in rows] == [None, None, earned[2]]
   line = report.iteration_lines(1, rows, _metrics(1, 0.5))[3]
   assert line == (
       "  design 2: TinyEnv: valid; played: return 0.25 without hint, 0.75"
-      " with, regret 0.500, designer reward 0.400"
+      " with, regret 0.500, designer reward 0.400; shows 'Grid 3x3. | you at"
+      " (0,0) | goal at (2,2) | ...........................'"
   )
   table = report.iteration_markdown(1, rows, _metrics(1, 0.5), None)
-  assert "| 2 | `TinyEnv` | valid | - | 1 | 0.25 | 0.75 | 0.500 | 0.400 |" in (
-      table
+  assert (
+      "| 2 | `TinyEnv` | valid | - | 1 | 0.25 | 0.75 | 0.500 | 0.400 |"
+      " Grid 3x3. \\| you at (0,0) \\| goal at (2,2) \\| ......" in table
   )
-  assert "| 1 | `-` | syntax: SyntaxError" in table and "| - | - | - | - |" in (
-      table
+  assert "| 1 | `-` | syntax: SyntaxError" in table and (
+      "| - | - | - | - | - |" in table
   )
+  # The first observation is one line of at most 70 characters.
+  assert len(report.shown_text(earned[2]["shows"])) == 70
   assert rows[0]["verdict"] == "valid"
   assert rows[0]["copy"] == "multi_turn_game"
   assert rows[1]["verdict"] == "syntax: SyntaxError (line 1): invalid syntax"
@@ -132,3 +137,40 @@ def test_footer_names_the_files_and_commands():
       " --show-hint" in text
   )
   assert "plots in runs/x/plots/" in text
+
+
+def test_a_played_design_shows_an_unhinted_first_observation():
+  from types import SimpleNamespace  # pylint: disable=g-import-not-at-top
+
+  from spade.selfplay import loop  # pylint: disable=g-import-not-at-top
+
+  ok = records.Verdict(True, "ok", details={"class_name": "E"})
+  designs = [_design(0, "x", ok), _design(1, "y", ok)]
+  ep = lambda env, hinted, obs: SimpleNamespace(
+      env_index=env, hinted=hinted, first_observation=obs
+  )
+  played = SimpleNamespace(
+      designs=designs,
+      top_ups=[],
+      # The window's first environment is a seed program; 1 and 2 are the
+      # designs 1 and 0.
+      window=SimpleNamespace(envs=[
+          SimpleNamespace(design_index=None),
+          SimpleNamespace(design_index=1),
+          SimpleNamespace(design_index=0),
+      ]),
+      scores=SimpleNamespace(
+          arm_mean=lambda e, arm: 0.1 * e + arm, regret=[0.0, 0.5, 0.25]
+      ),
+      design_reward=lambda d: 0.3 + d.index,
+      episodes=[
+          ep(2, True, "hinted: go east"), ep(1, False, ""),
+          ep(2, False, "go east"), ep(1, True, "hinted only"),
+      ],
+  )  # fmt: skip
+  earned = loop._earned(played)  # pylint: disable=protected-access
+  assert earned[0]["shows"] == "go east"
+  # No unhinted play showed anything: the hinted one's first observation.
+  assert earned[1]["shows"] == "hinted only"
+  assert earned[0]["regret"] == 0.25 and earned[1]["reward"] == 1.3
+  assert earned[0]["return_hint"] == pytest.approx(1.2)
