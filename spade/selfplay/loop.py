@@ -497,7 +497,7 @@ class Trainer:
     report.write_html(self.workdir)
 
 
-def _earned(played: Played) -> dict[int, dict[str, float | None]]:
+def _earned(played: Played) -> dict[int, dict[str, Any]]:
   """Design index -> its environment's mean returns without and with the
   hint this iteration, its regret, its designer reward so far and what it
   showed the agent first (an unhinted play's first observation)."""

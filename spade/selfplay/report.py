@@ -4,9 +4,10 @@ At the end of each iteration the loop prints a short summary (each design's
 class name, valid or the reason it failed, the prompt example it nearly
 copies if it does, and for a played one its returns, regret, designer
 reward and first observation; returns with and without the hint; regret;
-rows with signal) and appends the same, as markdown, to WORKDIR/summary.md. From the
-second iteration on, `plots(workdir)` draws WORKDIR/plots/validity.png,
-regret.png and returns.png from metrics.jsonl, and summary.md shows them;
+rows with signal) and appends the same, as markdown, to
+WORKDIR/summary.md. From the second iteration on, `plots(workdir)` draws
+WORKDIR/plots/validity.png, regret.png and returns.png from metrics.jsonl,
+and summary.md shows them;
 `write_html` renders the same as WORKDIR/summary.html for a browser.
 At the end of the run, `footer` says where the programs, transcripts,
 metrics and TensorBoard logs are and which commands read them.
