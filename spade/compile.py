@@ -42,8 +42,8 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     which copy their rows' cache: each program's peak and
                     bytes (`*_rows{r}_bytes_ratio=`; `--noengine_gathered`
                     skips them);
-                    with `--bytes_breakdown`, where the every-slot
-                    generate program's bytes go
+                    with `--bytes_breakdown`, where each generate
+                    program's bytes go (the gathered ones' too)
                     (`spade.hlo_bytes`: weights, cache reads and writes,
                     copies, gathers, loop state, other; one `key=value`
                     line, then the costliest operations).
@@ -825,7 +825,7 @@ def compile_engine(
     program.rows = r
     program.bytes_per_token = step * chips / r
     program.min_bytes_per_token = floor * chips / r
-    if breakdown and r == s:
+    if breakdown:
       program.breakdown = hlo_bytes.breakdown(compiled)
   return compiled_programs
 
@@ -858,8 +858,8 @@ def run(
       "designer").
     engine_windows: how many of the engine's cache windows, largest first,
       each engine program is compiled on (0: all; see `compile_engine`).
-    bytes_breakdown: also log, for each role's generate program over every
-      slot, where its bytes per token go (`spade.hlo_bytes`;
+    bytes_breakdown: also log, for each role's generate programs (every
+      slot and gathered rows), where their bytes per token go (`spade.hlo_bytes`;
       `breakdown_lines`).
     engine_gathered: also compile generate on each count of gathered live
       rows the server can choose (`SlotEngine.rows`).

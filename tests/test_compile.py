@@ -221,10 +221,9 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
       "designer slots generate",
       "designer slots generate on 4 rows",
   ]
-  # Each generate program's line is followed by its bytes line; the
-  # every-slot one's by its breakdown's line and its ten costliest
-  # operations.
-  assert report.fits and len(lines) == 2 * (1 + 13 + 2)
+  # Each generate program's line is followed by its bytes line, its
+  # breakdown's line and its ten costliest operations.
+  assert report.fits and len(lines) == 2 * (1 + 13 + 13)
   for p in report.programs:
     assert p.fits and p.peak_bytes > 0 and p.argument_bytes > 0, p
     # The decode state (every slot's cache) is donated and kept in place.
@@ -234,13 +233,22 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   # The gathered rows' program: its own peak, and its bytes per token
   # against its 4 rows' minimum (the weights read for 4 tokens, not 8).
   assert gathered.rows == 4 and generate.rows == 8
-  assert gathered.breakdown is None and gathered.bytes_per_token > 0
+  assert gathered.bytes_per_token > 0
   assert gathered.min_bytes_per_token > generate.min_bytes_per_token
   summary_keys = dict(kv.split("=", 1) for kv in report.summary().split())
   assert float(summary_keys["agent_rows4_bytes_ratio"]) == pytest.approx(
       gathered.bytes_ratio, abs=0.01
   )
   assert lines[15].startswith("program=agent_slots_generate_on_4_rows ")
+  # Its breakdown: the take of its rows' cache and the put back run once a
+  # call, outside the loop, so a step's share of them is a call's over its
+  # steps (`per_step_mib`).
+  rows4 = dict(kv.split("=", 1) for kv in lines[16].split())
+  outside4 = float(rows4["agent_rows4_bytes_outside_loops_mib"])
+  assert gathered.breakdown is not None and outside4 > 0
+  assert float(rows4["agent_rows4_bytes_per_step_mib"]) == pytest.approx(
+      gathered.bytes_per_token / 2**20 - outside4 * 3 / 4, abs=0.02
+  )
   # The engine's windows are 64, 96, 128, 192 and the whole cache; each
   # program is compiled on the two largest, as the server calls it.
   assert prefill.shape.startswith("4 rows into 8 slots x cache 256")
