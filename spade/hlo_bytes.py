@@ -391,7 +391,7 @@ class _Analysis:
           t = inner_ops.get(t.operands[0])
         if t is not None and t.opcode == "parameter":
           return self._inplace_kind(
-              comp, op, fused, ops, o.operands[self._param_index(t)], depth + 1
+              comp, op, ops, o.operands[self._param_index(t)], depth + 1
           )
     return None
 
@@ -551,13 +551,18 @@ class _Analysis:
     roots = root.operands if root.opcode == "tuple" else [root.name]
     for i, shape in enumerate(elements):
       r = defs.get(roots[i]) if i < len(roots) else None
+      where = fused
+      # A fusion whose value is a fused fusion's: that one's root updates.
+      while r is not None and r.opcode == "fusion":
+        where = r.attr("calls")
+        r = next(o for o in self.comps[where] if o.root)
       kind = out_kinds[i] if i < len(out_kinds) else None
       if (
           r is not None
           and r.opcode == "dynamic-update-slice"
           and (len(elements) == 1 or root.opcode == "tuple")
       ):
-        size = self._size(self._shape(fused, r.operands[1]))
+        size = self._size(self._shape(where, r.operands[1]))
         put("cache_write" if kind == "cache" else "gather_scatter", size)
         continue
       cat = self.write_category(kind)
@@ -579,7 +584,11 @@ class _Analysis:
     return split
 
   def _root_opcode(self, fused: str) -> str:
+    """The root's opcode, through fused fusions (a fusion whose root is a
+    fusion has that fusion's root)."""
     root = next(o for o in self.comps[fused] if o.root)
+    while root.opcode == "fusion":
+      root = next(o for o in self.comps[root.attr("calls")] if o.root)
     return root.opcode
 
 

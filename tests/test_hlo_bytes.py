@@ -106,6 +106,28 @@ def test_a_decode_loop_is_split_by_what_each_byte_is():
   assert names[:3] == ["row", "k2", "copy"]
 
 
+def test_an_update_in_place_through_a_fused_fusion_counts_as_one():
+  # XLA's TPU compiles can nest a fusion in a fusion (the gathered slot
+  # engine's programs do): the outer fusion's value is the inner one's
+  # in-place update of the cache, and it costs what the flat update does.
+  nested = _MODULE.replace(
+      "%body (arg",
+      """%wrap_dus (param_0: f32[8,128], param_1: f32[1,128], param_2: s32[]) -> f32[8,128] {
+  %param_0 = f32[8,128]{1,0:T(8,128)} parameter(0)
+  %param_1 = f32[1,128]{1,0:T(8,128)} parameter(1)
+  %param_2 = s32[]{:T(128)} parameter(2)
+  ROOT %inner = f32[8,128]{1,0:T(8,128)} fusion(%param_0, %param_1, %param_2), kind=kLoop, calls=%fused_dus
+}
+
+%body (arg""",
+  ).replace("calls=%fused_dus, metadata", "calls=%wrap_dus, metadata")
+  assert "calls=%wrap_dus" in nested
+  flat = hlo_bytes.breakdown_text(_MODULE)
+  b = hlo_bytes.breakdown_text(nested)
+  assert b.bytes == flat.bytes and b.hbm == flat.hbm
+  assert b.bytes["cache_write"] == ROW + ROW + SCALAR
+
+
 def test_unexplained_is_what_xla_counts_beyond_the_rules():
   b = hlo_bytes.breakdown_text(_MODULE, xla_total=1e6)
   assert b.unexplained == pytest.approx(1e6 - b.total)
