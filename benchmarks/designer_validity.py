@@ -271,6 +271,7 @@ def main(argv=None) -> None:
       prefill_rows=min(c.sampling.prefill_rows, num_slots),
       decode_steps=c.sampling.decode_steps,
       min_rows=c.sampling.min_rows,
+      max_gathered_rows=c.sampling.max_gathered_rows,
       temperature=c.designer.temperature,
       top_k=c.designer.top_k,
       top_p=c.designer.top_p,

@@ -142,6 +142,9 @@ class Program:
       (`spade.hlo_bytes.Breakdown`, per device, one decode step).
     rows: slot generate: the rows a step decodes (every slot, or the
       gathered live rows of `SlotEngine.rows`): tokens a step.
+    step_hbm_bytes: slot generate with `bytes_breakdown`: a step's HBM
+      bytes per device (`per_step_bytes`: what runs once a call spread over
+      its steps), all its rows' tokens.
   """
 
   name: str
@@ -162,6 +165,7 @@ class Program:
   min_bytes_per_token: float = 0.0
   breakdown: hlo_bytes.Breakdown | None = None
   rows: int = 0
+  step_hbm_bytes: float = 0.0
 
   @property
   def key(self) -> str:
@@ -220,12 +224,45 @@ class Report:
             f"{p.bytes_per_token / 2**20:.2f}"
         )
         pairs[f"{p.key}_bytes_ratio"] = f"{p.bytes_ratio:.2f}"
+    pairs.update(gather_pairs(self.programs))
     if update is not None:
       pairs["update_peak_gib"] = f"{update.peak_bytes / GIB:.2f}"
       pairs["update_tflop"] = f"{update.model_flops / 1e12:.1f}"
       pairs["update_s_at_peak"] = f"{update.model_flops / chips_peak:.3f}"
       pairs["update_compile_s"] = f"{update.compile_s:.1f}"
     return " ".join(f"{k}={v}" for k, v in pairs.items())
+
+
+def gather_pairs(programs: Sequence[Program]) -> dict[str, str]:
+  """Whether gathering rows pays, from the breakdowns: per gathered
+  generate program, a step's HBM bytes per device over the every-slot
+  program's (`<role>_rows<r>_step_vs_every_slot`: under 1, the call on r
+  rows reads less a step than one on every slot), and per role the largest
+  count up to which every gathered count reads less
+  (`<role>_gather_pays_up_to`, 0: none does; `sampling.max_gathered_rows`
+  caps the counts the server uses)."""
+  pairs = {}
+  for role in sorted({p.name.split()[0] for p in programs}):
+    every = next(
+        (p for p in programs if p.key == f"{role}_slots" and p.step_hbm_bytes),
+        None,
+    )
+    gathered = sorted(
+        (p for p in programs
+         if p.key.startswith(f"{role}_rows") and p.step_hbm_bytes),
+        key=lambda p: p.rows,
+    )  # fmt: skip
+    if every is None or not gathered:
+      continue
+    pays = prev = 0
+    for p in gathered:
+      ratio = p.step_hbm_bytes / every.step_hbm_bytes
+      pairs[f"{p.key}_step_vs_every_slot"] = f"{ratio:.2f}"
+      if ratio < 1 and pays == prev:  # every smaller count pays too
+        pays = p.rows
+      prev = p.rows
+    pairs[f"{role}_gather_pays_up_to"] = str(pays)
+  return pairs
 
 
 # -- shapes -------------------------------------------------------------------
@@ -625,6 +662,7 @@ def slot_engine(config, mesh, rules, role: str):
       prefill_rows=shapes_lib.round_up(c.sampling.prefill_rows, shards),
       decode_steps=c.sampling.decode_steps,
       min_rows=c.sampling.min_rows,
+      max_gathered_rows=c.sampling.max_gathered_rows,
       temperature=section.temperature,
       top_k=section.top_k,
       top_p=section.top_p,
@@ -827,6 +865,7 @@ def compile_engine(
     program.min_bytes_per_token = floor * chips / r
     if breakdown:
       program.breakdown = hlo_bytes.breakdown(compiled)
+      program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
   return compiled_programs
 
 

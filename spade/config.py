@@ -157,6 +157,11 @@ def base_config() -> ConfigDict:
   # idle slots cost no decode steps (0: every slot, every call). Each row
   # count compiles once per cache window used.
   c.sampling.min_rows = 4
+  # No gathered count above this (0: no cap; a call that needs more runs on
+  # every slot): on a TPU slice, gathering many rows can read more a step
+  # than every slot (`spade.compile --engine --bytes_breakdown` prints
+  # `<role>_gather_pays_up_to=`).
+  c.sampling.max_gathered_rows = 0
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -1010,6 +1015,11 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError(
         f"config.sampling.min_rows={config.sampling.min_rows} must be >= 0"
         " (0: generate runs on every slot)"
+    )
+  if config.sampling.max_gathered_rows < 0:
+    raise ConfigError(
+        "config.sampling.max_gathered_rows="
+        f"{config.sampling.max_gathered_rows} must be >= 0 (0: no cap)"
     )
   for key in ("step_timeout_s", "call_timeout_s", "validate_timeout_s"):
     if config.sandbox[key] < 0:

@@ -306,6 +306,43 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert float(summary["agent_slots_bytes_ratio"]) == pytest.approx(
       generate.bytes_ratio, abs=0.01
   )
+  # A step's HBM bytes per device, gathered against every slot: the
+  # breakdown's per-token figure times the tokens a chip makes a step.
+  chips = 4
+  assert generate.step_hbm_bytes / 2**20 == pytest.approx(
+      float(pairs["agent_slots_bytes_hbm_per_step_mib"]) * 8 / chips,
+      abs=0.01,
+  )
+  vs = gathered.step_hbm_bytes / generate.step_hbm_bytes
+  assert float(summary["agent_rows4_step_vs_every_slot"]) == pytest.approx(
+      vs, abs=0.01
+  )
+  assert summary["agent_gather_pays_up_to"] == ("4" if vs < 1 else "0")
+
+
+def test_gathering_pays_up_to_the_largest_count_below_every_slot():
+  """`<role>_gather_pays_up_to`: the largest gathered count such that it
+  and every smaller count read less a step than every slot."""
+
+  def gen(rows, step, role="agent"):
+    name = f"{role} slots generate" + (f" on {rows} rows" if rows < 64 else "")
+    return compile_lib.Program(name, "", rows=rows, step_hbm_bytes=step)
+
+  programs = [gen(64, 100.0), gen(32, 120.0), gen(16, 90.0), gen(8, 50.0),
+              gen(4, 10.0), gen(64, 100.0, "designer"),
+              gen(4, 150.0, "designer")]  # fmt: skip
+  pairs = compile_lib.gather_pairs(programs)
+  assert pairs == {
+      "agent_rows4_step_vs_every_slot": "0.10",
+      "agent_rows8_step_vs_every_slot": "0.50",
+      "agent_rows16_step_vs_every_slot": "0.90",
+      "agent_rows32_step_vs_every_slot": "1.20",
+      "agent_gather_pays_up_to": "16",
+      "designer_rows4_step_vs_every_slot": "1.50",
+      "designer_gather_pays_up_to": "0",
+  }
+  # Without breakdowns there is nothing to compare.
+  assert compile_lib.gather_pairs([gen(64, 0.0), gen(4, 0.0)]) == {}
 
 
 @pytest.mark.parametrize("layout", ["stationary", "fsdp"])

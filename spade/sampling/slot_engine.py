@@ -210,6 +210,11 @@ class SlotEngine:
       of `rows` (from min_rows in steps of 3/2 and 4/3, then `slots`) that
       holds them, shard by shard, so idle slots cost no decode steps (0:
       always every slot).
+    max_gathered_rows: no gathered count above this (0: no cap): a call
+      whose live slots need more runs on every slot. A gathered call takes
+      its rows' cache out and puts it back, so on a TPU slice a count near
+      `slots` can read more a step than every slot does (`spade.compile
+      --bytes_breakdown` prints where gathering stops paying).
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and its logical axis rules (`config.mesh.
       rules`; needed with a mesh, as for `Sampler`).
@@ -230,6 +235,7 @@ class SlotEngine:
   share_prefixes: bool = True
   append_tokens: int = 32
   min_rows: int = 0
+  max_gathered_rows: int = 0
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -257,6 +263,10 @@ class SlotEngine:
       raise ValueError(f"min_window={self.min_window} must be >= 0")
     if self.min_rows < 0:
       raise ValueError(f"min_rows={self.min_rows} must be >= 0")
+    if self.max_gathered_rows < 0:
+      raise ValueError(
+          f"max_gathered_rows={self.max_gathered_rows} must be >= 0"
+      )
     if self.mesh is not None and not self.rules:
       raise ValueError(
           "a mesh needs its logical axis rules: pass rules=config.mesh.rules"
@@ -314,15 +324,17 @@ class SlotEngine:
   def rows(self) -> tuple[int, ...]:
     """The row counts `generate` runs on, smallest first: `r` and `3r / 2`
     for r = `min_rows` x 2^i (rounded up to the mesh's batch shards) below
-    `slots`, then `slots` (only `slots` when `min_rows` is 0). Each
-    compiles once per window when first used."""
-    s, sh = self.slots, self.batch_shards
+    `slots` and at most `max_gathered_rows` (when set), then `slots` (only
+    `slots` when `min_rows` is 0). Each compiles once per window when
+    first used."""
+    s, sh, cap = self.slots, self.batch_shards, self.max_gathered_rows
     if self.min_rows <= 0:
       return (s,)
     per, b, out = s // sh, max(1, -(-self.min_rows // sh)), []
     while b < per:
       out += [x * sh for x in (b, b + b // 2) if x < per]
       b *= 2
+    out = [x for x in out if not cap or x <= cap]
     return tuple(sorted(set(out))) + (s,)
 
   @functools.cached_property

@@ -229,6 +229,25 @@ def test_a_returning_turn_continues_its_slots_cache(
   assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
 
 
+def test_max_gathered_rows_caps_the_gathered_counts():
+  """Counts above `max_gathered_rows` are not compiled or chosen: a call
+  whose live slots need more runs on every slot."""
+  none = lambda *a: None
+  make = lambda **kw: slot_engine.SlotEngine(
+      none, none, pad_id=PAD, slots=16, min_rows=2, **kw
+  )
+  assert make().rows == (2, 3, 4, 6, 8, 12, 16)
+  assert make(max_gathered_rows=6).rows == (2, 3, 4, 6, 16)
+  assert make(max_gathered_rows=5).rows == (2, 3, 4, 16)
+  assert make(max_gathered_rows=1).rows == (16,)
+  with pytest.raises(ValueError, match="max_gathered_rows=-1"):
+    make(max_gathered_rows=-1)
+  c = config_lib.base_config()
+  c.sampling.max_gathered_rows = -1
+  with pytest.raises(config_lib.ConfigError, match="max_gathered_rows=-1"):
+    config_lib.validate(c)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model,temperature", [("flat", 0.0), ("flat", 1.0), ("ring", 1.0)]
