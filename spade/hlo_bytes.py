@@ -44,7 +44,11 @@ that update it in place, so a cache row read in the loop body is
 `cache_read` and a gathered weight read by a matmul `weights`, wherever it
 came from. `Breakdown.outside` is the part of each category spent outside
 every while loop: once per call, where the loop body's bytes are once per
-step (XLA's total counts both once). The figures are per device (the compiled program is one
+step (XLA's total counts both once). A counted loop (a `fori_loop`: its
+condition compares the carried counter with a constant, `LT`, from a
+constant start) is not a step's: its body and condition are counted as
+many times as it runs, where it runs (outside the decode loop: once a
+call), and XLA's total, which counts them once, falls short by the rest. The figures are per device (the compiled program is one
 device's); XLA's own total comes beside them, and `Breakdown.unexplained`
 is what this accounting does not reproduce (an operation whose bytes XLA
 counts as unknown, a rule of the TPU compiler's own analysis).
@@ -293,6 +297,7 @@ class _Analysis:
     self.bytes = dict.fromkeys(CATEGORIES, 0.0)
     self.outside = dict.fromkeys(CATEGORIES, 0.0)
     self.loops = 0  # while loops around the ops being costed
+    self.scale = 1.0  # trips of the counted loops around them
     self.per_op: list[tuple[float, dict[str, float], str]] = []
     # Kind of each value, per computation: "weights", "cache", "state" or
     # None (computed here), element by element for tuples.
@@ -402,11 +407,39 @@ class _Analysis:
   # -- costs ------------------------------------------------------------------
 
   def add(self, split: dict[str, float], label: str) -> None:
+    split = {k: v * self.scale for k, v in split.items()}
     for k, v in split.items():
       self.bytes[k] += v
       if not self.loops:
         self.outside[k] += v
     self.per_op.append((sum(split.values()), split, label))
+
+  def trip_count(self, comp: str, op: Op) -> int | None:
+    """A counted loop's trips (its condition's root compares a carried
+    counter with a constant, `LT`, and the counter starts at a constant),
+    else None (the decode loop stops on its rows' state)."""
+    cond = op.attr("condition")
+    root = next((o for o in self.comps.get(cond, []) if o.root), None)
+    if root is None or root.opcode != "compare" or len(root.operands) != 2:
+      return None
+    if "direction=LT" not in root.attrs:
+      return None
+    counter, bound = (self.defs[cond].get(n) for n in root.operands)
+    if counter is None or bound is None or bound.opcode != "constant":
+      return None
+    m = re.search(r"\bindex=(\d+)", counter.attrs)
+    init = self.defs[comp].get(op.operands[0])
+    if counter.opcode != "get-tuple-element" or not m or init is None:
+      return None
+    if init.opcode != "tuple" or int(m.group(1)) >= len(init.operands):
+      return None
+    start = self.defs[comp].get(init.operands[int(m.group(1))])
+    if start is None or start.opcode != "constant":
+      return None
+    try:
+      return max(0, int(bound.args) - int(start.args))
+    except ValueError:
+      return None
 
   def read_category(self, comp: str, name: str) -> str:
     k = self.kind(comp, name)
@@ -438,12 +471,19 @@ class _Analysis:
       return
     if oc == "while":
       carried = self.kinds.get((comp, op.operands[0]))
-      self.loops += 1
+      trips = self.trip_count(comp, op)
+      saved = self.scale
+      if trips is None:
+        self.loops += 1
+      else:
+        self.scale *= trips
       for key in ("body", "condition"):
         sub = op.attr(key)
         params = [o for o in self.comps[sub] if o.opcode == "parameter"]
         self.run(sub, {p.name: carried for p in params})
-      self.loops -= 1
+      if trips is None:
+        self.loops -= 1
+      self.scale = saved
       # The carried tuple's kinds after the loop are those of the body's
       # root (the same buffers, updated in place).
       return

@@ -12,7 +12,8 @@ from spade import hlo_bytes
 # A decode loop in miniature: the entry takes a weight (p[...]) and a cache
 # (st['cache']...), copies the cache, and a while loop whose body reads the
 # weight and the cache in one fusion and writes a row into the cache in
-# place (a fusion whose root is a dynamic-update-slice).
+# place (a fusion whose root is a dynamic-update-slice). Its condition is
+# not a counted loop's (`i != 4`; the engine's stops on its rows' state).
 _MODULE = """\
 HloModule jit_step, is_scheduled=true
 
@@ -47,7 +48,7 @@ HloModule jit_step, is_scheduled=true
   %arg = (s32[]{:T(128)}, f32[128,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) parameter(0)
   %i = s32[]{:T(128)} get-tuple-element(%arg), index=0
   %n = s32[]{:T(128)} constant(4)
-  ROOT %lt = pred[]{:T(512)} compare(%i, %n), direction=LT
+  ROOT %lt = pred[]{:T(512)} compare(%i, %n), direction=NE
 }
 
 ENTRY %main (p0: f32[128,128], p1: f32[8,128]) -> f32[8,128] {
@@ -126,6 +127,28 @@ def test_an_update_in_place_through_a_fused_fusion_counts_as_one():
   b = hlo_bytes.breakdown_text(nested)
   assert b.bytes == flat.bytes and b.hbm == flat.hbm
   assert b.bytes["cache_write"] == ROW + ROW + SCALAR
+
+
+def test_a_counted_loop_counts_every_trip_once_a_call():
+  # The same loop as a fori_loop's (i < 4 from 0): its body and condition
+  # run 4 times a call, and none of it is a decode step's.
+  counted = _MODULE.replace("direction=NE", "direction=LT")
+  b = hlo_bytes.breakdown_text(counted)
+  assert b.bytes == {
+      "weights": 4 * W,
+      "cache_read": 4 * 2 * K,
+      "cache_write": 4 * (ROW + ROW + SCALAR),
+      "copy": 2 * K,
+      "gather_scatter": 0,
+      "all_gather": 0,
+      "loop_state": TUPLE + 4 * TUPLE,
+      "other": 4 * (ROW + 3 * SCALAR) + 4 * (2 * SCALAR + PRED),
+  }
+  assert b.outside == b.bytes
+  # A loop the rule does not take for counted (`i != 4`) is a step's.
+  uncounted = hlo_bytes.breakdown_text(_MODULE)
+  assert uncounted.bytes["weights"] == W
+  assert sum(uncounted.outside.values()) == 2 * K + TUPLE
 
 
 def test_unexplained_is_what_xla_counts_beyond_the_rules():

@@ -229,6 +229,46 @@ def test_a_returning_turn_continues_its_slots_cache(
   assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
 
 
+@pytest.mark.parametrize("axis,per_row", [(0, 1), (1, 1), (1, 2), (0, 3)])
+def test_rows_take_and_put_move_each_shards_rows(axis, per_row):
+  """`_rows_take` and `_rows_put` (one row a shard at a time) against
+  numpy's indexing: 2 shards of 4 rows, 3 taken from each, a time axis
+  after the row axis whose steps past its end are dropped."""
+  rng = np.random.default_rng(axis + 10 * per_row)
+  sh, per_shard, b, t = 2, 4, 3, 3
+  shape = [5, 5, 5, 6]
+  shape[axis] = sh * per_shard * per_row
+  x = rng.normal(size=shape).astype(np.float32)
+  index = np.stack([rng.permutation(per_shard)[:b] for _ in range(sh)])
+  index = index.astype(np.int32)
+  rows = (np.arange(sh)[:, None] * per_shard + index).reshape(-1)
+
+  def split(a, n):  # the row axis first, as (rows, entries per row)
+    a = a.reshape(a.shape[:axis] + (n, per_row) + a.shape[axis + 1 :])
+    return np.moveaxis(a, axis, 0)
+
+  def join(a, like):
+    return np.moveaxis(a, 0, axis).reshape(like.shape)
+
+  spec = (axis, per_row)
+  got = np.asarray(slot_engine._rows_take(x, spec, index))
+  np.testing.assert_array_equal(got, join(split(x, sh * per_shard)[rows], got))
+  y = rng.normal(size=got.shape).astype(np.float32)
+  want = split(x, sh * per_shard).copy()
+  want[rows] = split(y, sh * b)
+  put = slot_engine._rows_put(x, y, spec, index)
+  np.testing.assert_array_equal(np.asarray(put), join(want, x))
+  # Only the times `steps` of the rows (y holds 3 steps; time 7 is past
+  # the axis and dropped).
+  steps = np.array([4, 0, 7], np.int32)
+  y = rng.normal(size=got.shape[:t] + (3,)).astype(np.float32)
+  want, ys = split(x, sh * per_shard).copy(), split(y, sh * b)
+  for k, step in enumerate(steps[:2]):
+    want[rows, ..., step] = ys[..., k]
+  put = slot_engine._rows_put(x, y, spec, index, t, steps)
+  np.testing.assert_array_equal(np.asarray(put), join(want, x))
+
+
 def test_max_gathered_rows_caps_the_gathered_counts():
   """Counts above `max_gathered_rows` are not compiled or chosen: a call
   whose live slots need more runs on every slot."""
