@@ -138,65 +138,40 @@ def _per_shard(x, spec, shards):
 
 def _rows_take(x, spec, index):
   """The rows `index` names (int32[shards, b]: each shard's own row
-  indices) of x, shard by shard (no row crosses a shard): b per shard.
-
-  One row a shard at a time (a loop over b): each is a dynamic slice on
-  its shard's device, written into the result in place. A take of all b at
-  once is a gather that XLA's TPU compiler lowers, for b > 1, to per-row
-  updates of a copy and a select over the whole cache (`spade.compile
-  --bytes_breakdown`: 3-4x a step's minimum bytes, against ~1.4x at b = 1).
-  """
+  indices) of x, shard by shard (no row crosses a shard): b per shard."""
   axis, _ = spec
-  index = jnp.asarray(index)
   sh, b = index.shape
   s = x.shape
-  xs = _per_shard(x, spec, sh)
-  shape = list(xs.shape)
-  shape[axis + 1] = b
-  one = jax.vmap(
-      lambda ys, i: jax.lax.dynamic_slice_in_dim(ys, i, 1, axis=axis),
-      in_axes=(axis, 0), out_axes=axis,
-  )  # fmt: skip
-
-  def take(j, out):
-    row = one(xs, index[:, j])
-    return jax.lax.dynamic_update_slice_in_dim(out, row, j, axis=axis + 1)
-
-  y = jax.lax.fori_loop(0, b, take, jnp.zeros(shape, x.dtype))
+  y = jax.vmap(
+      lambda ys, ix: jnp.take(ys, ix, axis=axis), in_axes=(axis, 0),
+      out_axes=axis,
+  )(_per_shard(x, spec, sh), index)  # fmt: skip
   return y.reshape(s[:axis] + (-1,) + s[axis + 1 :])
 
 
 def _rows_put(x, y, spec, index, t=None, steps=None):
   """x with the rows `index` names (as for `_rows_take`) set to y's; with
   a time axis `t` and `steps` (int32[n]; past the axis: dropped), only
-  those times of the rows, y holding n steps on its time axis. One row a
-  shard at a time, in place, as `_rows_take` takes them."""
+  those times of the rows, y holding n steps on its time axis."""
   axis, _ = spec
-  index = jnp.asarray(index)
-  sh, b = index.shape
+  sh = index.shape[0]
   xs = _per_shard(x, spec, sh)
   ys = _per_shard(y, spec, sh)
 
-  def put(xk, yk, i):
-    # xk: one shard's rows; yk: its row to write (1 on the row axis).
+  def put(xk, yk, ix):
     if t is None:
-      return jax.lax.dynamic_update_slice_in_dim(xk, yk, i, axis=axis)
-    # The rows' axis was split in two before the time axis (t + 1 here);
-    # the row and the times, two indices apart, put the times first.
+      return xk.at[(slice(None),) * axis + (ix,)].set(yk, unique_indices=True)
+    # Rows and times are two index arrays apart: their (b, n) comes first.
+    tt = t + 1  # the rows' axis was split in two before the time axis
     where = [slice(None)] * xk.ndim
-    where[axis], where[t + 1] = i, steps
+    where[axis], where[tt] = ix[:, None], steps[None, :]
     return xk.at[tuple(where)].set(
-        jnp.moveaxis(jnp.squeeze(yk, axis), t, 0), mode="drop",
+        jnp.moveaxis(yk, (axis, tt), (0, 1)), mode="drop",
         unique_indices=True,
     )  # fmt: skip
 
-  one = jax.vmap(put, in_axes=(axis, axis, 0), out_axes=axis)
-
-  def step(j, xs):
-    row = jax.lax.dynamic_slice_in_dim(ys, j, 1, axis=axis + 1)
-    return one(xs, row, index[:, j])
-
-  return jax.lax.fori_loop(0, b, step, xs).reshape(x.shape)
+  out = jax.vmap(put, in_axes=(axis, axis, 0), out_axes=axis)(xs, ys, index)
+  return out.reshape(x.shape)
 
 
 @dataclasses.dataclass(frozen=True)
