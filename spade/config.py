@@ -840,6 +840,13 @@ def tpu_pod_config(
   c.sampling.slots = 256
   c.sampling.prefill_rows = 16
   c.sampling.decode_steps = 32
+  # A generate call on gathered rows takes their cache out and scatters it
+  # back, which the TPU compiler lowers to selects over the whole cache;
+  # above about a quarter of the slots that reads more a step than a call on
+  # every slot (`spade.compile --engine --bytes_breakdown`, 2026-12-05:
+  # Gemma 3 1B on a v5p-8 gains up to 64 rows, 4B on a v5p-32 up to 48 and
+  # breaks even at 64; docs/scale.md). The other sizes were not measured.
+  c.sampling.max_gathered_rows = 64
 
   c.regret.estimator = "reference"
   c.optim.learning_rate = 1e-6
