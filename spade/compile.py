@@ -46,7 +46,11 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     program's bytes go (the gathered ones' too)
                     (`spade.hlo_bytes`: weights, cache reads and writes,
                     copies, gathers, loop state, other; one `key=value`
-                    line, then the costliest operations).
+                    line, then the costliest operations), and in the last
+                    line each gathered program's step against the
+                    every-slot one's (`*_rows{r}_step_vs_every_slot=`) and
+                    the count up to which gathering reads less
+                    (`*_gather_pays_up_to=`; `sampling.max_gathered_rows`).
 
 Per program it prints the per-device argument / output / temporary / peak
 memory (`memory_analysis()`) against the chip's HBM, and for the samplers
