@@ -902,8 +902,8 @@ def run(
     engine_windows: how many of the engine's cache windows, largest first,
       each engine program is compiled on (0: all; see `compile_engine`).
     bytes_breakdown: also log, for each role's generate programs (every
-      slot and gathered rows), where their bytes per token go (`spade.hlo_bytes`;
-      `breakdown_lines`).
+      slot and gathered rows), where their bytes per token go
+      (`spade.hlo_bytes`; `breakdown_lines`).
     engine_gathered: also compile generate on each count of gathered live
       rows the server can choose (`SlotEngine.rows`).
     log: called with each program's line as it finishes.

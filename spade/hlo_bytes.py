@@ -48,7 +48,8 @@ step (XLA's total counts both once). A counted loop (a `fori_loop`: its
 condition compares the carried counter with a constant, `LT`, from a
 constant start) is not a step's: its body and condition are counted as
 many times as it runs, where it runs (outside the decode loop: once a
-call), and XLA's total, which counts them once, falls short by the rest. The figures are per device (the compiled program is one
+call), and XLA's total, which counts them once, falls short by the rest.
+The figures are per device (the compiled program is one
 device's); XLA's own total comes beside them, and `Breakdown.unexplained`
 is what this accounting does not reproduce (an operation whose bytes XLA
 counts as unknown, a rule of the TPU compiler's own analysis).
