@@ -258,13 +258,13 @@ def gather_pairs(programs: Sequence[Program]) -> dict[str, str]:
     )  # fmt: skip
     if every is None or not gathered:
       continue
-    pays = prev = 0
-    for p in gathered:
+    pays, paying = 0, True
+    for p in gathered:  # smallest first
       ratio = p.step_hbm_bytes / every.step_hbm_bytes
       pairs[f"{p.key}_step_vs_every_slot"] = f"{ratio:.2f}"
-      if ratio < 1 and pays == prev:  # every smaller count pays too
+      paying = paying and ratio < 1  # and every smaller count pays too
+      if paying:
         pays = p.rows
-      prev = p.rows
     pairs[f"{role}_gather_pays_up_to"] = str(pays)
   return pairs
 

@@ -593,10 +593,9 @@ class _Analysis:
     for i, shape in enumerate(elements):
       r = defs.get(roots[i]) if i < len(roots) else None
       where = fused
-      # A fusion whose value is a fused fusion's: that one's root updates.
-      while r is not None and r.opcode == "fusion":
-        where = r.attr("calls")
-        r = next(o for o in self.comps[where] if o.root)
+      if r is not None and r.opcode == "fusion":
+        # A fusion whose value is a fused fusion's: that one's root updates.
+        where, r = self._root(r.attr("calls"))
       kind = out_kinds[i] if i < len(out_kinds) else None
       if (
           r is not None
@@ -624,13 +623,17 @@ class _Analysis:
       put(cat, size)
     return split
 
-  def _root_opcode(self, fused: str) -> str:
-    """The root's opcode, through fused fusions (a fusion whose root is a
-    fusion has that fusion's root)."""
+  def _root(self, fused: str) -> tuple[str, Op]:
+    """(computation, root) of a fused computation, through fused fusions
+    (a fusion whose root is a fusion has that fusion's root)."""
     root = next(o for o in self.comps[fused] if o.root)
     while root.opcode == "fusion":
-      root = next(o for o in self.comps[root.attr("calls")] if o.root)
-    return root.opcode
+      fused = root.attr("calls")
+      root = next(o for o in self.comps[fused] if o.root)
+    return fused, root
+
+  def _root_opcode(self, fused: str) -> str:
+    return self._root(fused)[1].opcode
 
 
 def breakdown_text(

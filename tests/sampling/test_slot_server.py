@@ -231,8 +231,8 @@ def test_a_returning_turn_continues_its_slots_cache(
 
 @pytest.mark.parametrize("axis,per_row", [(0, 1), (1, 1), (1, 2), (0, 3)])
 def test_rows_take_and_put_move_each_shards_rows(axis, per_row):
-  """`_rows_take` and `_rows_put` (one row a shard at a time) against
-  numpy's indexing: 2 shards of 4 rows, 3 taken from each, a time axis
+  """`_rows_take` and `_rows_put` (each shard's rows, within the shard)
+  against numpy's indexing: 2 shards of 4 rows, 3 taken from each, a time axis
   after the row axis whose steps past its end are dropped."""
   rng = np.random.default_rng(axis + 10 * per_row)
   sh, per_shard, b, t = 2, 4, 3, 3
