@@ -9,9 +9,9 @@ with the same rules:
 
 * an operation reads its operands and writes its result (padded to the
   layout's tiles, as the TPU compiler sizes them);
-* a fusion reads each fused parameter once, or only the slices its
-  `slice` / `dynamic-slice` users take, and never the buffer that a root
-  `dynamic-update-slice` updates in place (it writes the update only);
+* a fusion reads each fused parameter whole, even one it only slices or
+  one a root `dynamic-update-slice` updates in place (as the TPU
+  compiler's own analysis counts it);
 * `get-tuple-element`, `parameter`, `constant`, `bitcast` and the like move
   no bytes; `tuple` writes its pointer table; slices, gathers and
   `dynamic-update-slice` read and write the slice, not the buffer; a
@@ -49,7 +49,11 @@ condition compares the carried counter with a constant, `LT`, from a
 constant start) is not a step's: its body and condition are counted as
 many times as it runs, where it runs (outside the decode loop: once a
 call), and XLA's total, which counts them once, falls short by the rest.
-The figures are per device (the compiled program is one
+`Breakdown.hbm` is the HBM traffic by the same rules, less what XLA counts
+that does not move through HBM: arrays the layout places in another memory
+space (VMEM), the buffer of a fused in-place update (written where it
+lies, update only), and the part of a fused operand that the fusion only
+slices and does not take. The figures are per device (the compiled program is one
 device's); XLA's own total comes beside them, and `Breakdown.unexplained`
 is what this accounting does not reproduce (an operation whose bytes XLA
 counts as unknown, a rule of the TPU compiler's own analysis).
@@ -260,7 +264,8 @@ class Breakdown:
   xla_total: float
   top: list[tuple[float, dict[str, float], str]]
   outside: dict[str, float] = dataclasses.field(default_factory=dict)
-  # The same rules counting HBM only (`_array_bytes`' `hbm_only`): what
+  # The same rules counting HBM only (`_array_bytes`' `hbm_only`), and not
+  # the buffer an in-place update writes into (`_updated_in_place`): what
   # moves through the chip's memory bandwidth, the roofline's bytes.
   hbm: dict[str, float] = dataclasses.field(default_factory=dict)
   hbm_outside: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -614,14 +619,81 @@ class _Analysis:
         continue
       i = self._param_index(p)
       src = op.operands[i]
+      if self.hbm_only and self._updated_in_place(fused, p.name):
+        continue  # written where it lies: only the update moves
       # The TPU compiler's analysis counts a fusion's operands whole, even
-      # those it only slices (measured: `tests/test_hlo_bytes.py`).
+      # those it only slices (measured: `tests/test_hlo_bytes.py`); from
+      # HBM only the slices are read.
       size = self._size(p.shape)
+      sliced = self._sliced_bytes(fused, p.name) if self.hbm_only else None
+      if size and sliced is not None:
+        size = min(size, sliced)
       cat = self.read_category(comp, src)
       if root_indexed and cat in ("other", "loop_state"):
         cat = indexed
       put(cat, size)
     return split
+
+  def _is_value(self, fused: str, name: str, depth: int = 0) -> bool:
+    """Whether `name` is the fused computation's value: its root, a root
+    tuple's element, or bitcast to one."""
+    ops = self.comps[fused]
+    root = next(o for o in ops if o.root)
+    if root.name == name or (root.opcode == "tuple" and name in root.operands):
+      return True
+    users = [o for o in ops if name in o.operands]
+    if depth > 8 or len(users) != 1 or users[0].opcode != "bitcast":
+      return False
+    return self._is_value(fused, users[0].name, depth + 1)
+
+  def _updated_in_place(self, fused: str, name: str, depth: int = 0) -> bool:
+    """Whether the fused parameter (or value) `name` is used only as the
+    buffer a `dynamic-update-slice` that is the fusion's value updates
+    (through bitcasts, or a nested fusion's own such parameter): the
+    output shares its buffer, and the emitter writes the update there and
+    reads nothing else of it. XLA's analysis still counts it read whole
+    (`bytes`); HBM traffic (`hbm`) does not."""
+    ops = self.comps[fused]
+    users = [o for o in ops if name in o.operands]
+    if depth > 8 or len(users) != 1 or users[0].operands.count(name) != 1:
+      return False
+    u = users[0]
+    if u.opcode == "bitcast":
+      return self._updated_in_place(fused, u.name, depth + 1)
+    if u.opcode == "dynamic-update-slice":
+      return u.operands[0] == name and self._is_value(fused, u.name)
+    if u.opcode == "fusion" and self._is_value(fused, u.name):
+      inner = u.attr("calls")
+      i = u.operands.index(name)
+      param = next(
+          o for o in self.comps[inner]
+          if o.opcode == "parameter" and self._param_index(o) == i
+      )  # fmt: skip
+      return self._updated_in_place(inner, param.name, depth + 1)
+    return False
+
+  def _sliced_bytes(self, fused: str, name: str, depth: int = 0):
+    """The bytes of the slices taken of the fused parameter (or value)
+    `name` when `slice` and `dynamic-slice` (through bitcasts) are its only
+    uses, else None."""
+    ops = self.comps[fused]
+    users = [o for o in ops if name in o.operands]
+    if depth > 8 or not users:
+      return None
+    total = 0.0
+    for u in users:
+      if u.opcode == "bitcast":
+        got = self._sliced_bytes(fused, u.name, depth + 1)
+      elif u.opcode in ("slice", "dynamic-slice") and u.operands[0] == name:
+        # Whatever memory space the fused value's layout names: the
+        # slice is read from the parameter's.
+        got = None if name in u.operands[1:] else shape_bytes(u.shape)
+      else:
+        got = None
+      if got is None:
+        return None
+      total += got
+    return total
 
   def _root(self, fused: str) -> tuple[str, Op]:
     """(computation, root) of a fused computation, through fused fusions

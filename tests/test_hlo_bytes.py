@@ -107,6 +107,58 @@ def test_a_decode_loop_is_split_by_what_each_byte_is():
   assert names[:3] == ["row", "k2", "copy"]
 
 
+def test_hbm_traffic_leaves_out_the_buffer_an_update_writes_into():
+  """XLA counts the fused in-place update's buffer read whole; it is written
+  where it lies, so HBM traffic has only the update. A fusion that also
+  reads the buffer (here: adds its first row to the update) reads it."""
+  b = hlo_bytes.breakdown_text(_MODULE)
+  assert b.bytes["cache_read"] == 2 * K
+  assert b.hbm["cache_read"] == ROW  # the row the dot slices, only
+  assert b.hbm["cache_write"] == b.bytes["cache_write"] == ROW + ROW + SCALAR
+  reads = _MODULE.replace(
+      "  ROOT %dus = f32[8,128]{1,0:T(8,128)} dynamic-update-slice(%param_0,"
+      " %param_1, %param_2, %c)",
+      "  %first = f32[1,128]{1,0:T(8,128)} slice(%param_0), slice={[0:1],"
+      " [0:128]}\n"
+      "  %sum = f32[1,128]{1,0:T(8,128)} add(%first, %param_1)\n"
+      "  ROOT %dus = f32[8,128]{1,0:T(8,128)} dynamic-update-slice(%param_0,"
+      " %sum, %param_2, %c)",
+  )  # fmt: skip
+  assert "%sum" in reads
+  assert hlo_bytes.breakdown_text(reads).hbm["cache_read"] == 2 * K
+
+
+_SLICED = """HloModule sliced
+
+%fused_rows (param_0: f32[64,128], param_1: f32[64,128]) -> f32[8,128] {
+  %param_0 = f32[64,128]{1,0:T(8,128)} parameter(0)
+  %param_1 = f32[64,128]{1,0:T(8,128)} parameter(1)
+  %rows = f32[8,128]{1,0:T(8,128)} slice(%param_0), slice={[8:16], [0:128]}
+  %all = f32[8,128]{1,0:T(8,128)} slice(%param_1), slice={[0:8], [0:128]}
+  %m = f32[64,128]{1,0:T(8,128)} negate(%param_1)
+  %more = f32[8,128]{1,0:T(8,128)} slice(%m), slice={[8:16], [0:128]}
+  %s = f32[8,128]{1,0:T(8,128)} add(%rows, %all)
+  ROOT %out = f32[8,128]{1,0:T(8,128)} add(%s, %more)
+}
+
+ENTRY %main (p0: f32[64,128], p1: f32[64,128]) -> f32[8,128] {
+  %p0 = f32[64,128]{1,0:T(8,128)} parameter(0), metadata={op_name="st['cache']['k']"}
+  %p1 = f32[64,128]{1,0:T(8,128)} parameter(1), metadata={op_name="st['cache']['v']"}
+  ROOT %f = f32[8,128]{1,0:T(8,128)} fusion(%p0, %p1), kind=kLoop, calls=%fused_rows
+}
+"""
+
+
+def test_hbm_traffic_reads_only_the_slices_a_fusion_takes():
+  """XLA counts a fused operand whole; from HBM a fusion that only slices it
+  reads the slices. One that also reads it otherwise (param_1, negated
+  whole) reads it whole."""
+  b = hlo_bytes.breakdown_text(_SLICED)
+  whole = 64 * 128 * 4
+  assert b.bytes["cache_read"] == 2 * whole
+  assert b.hbm["cache_read"] == ROW + whole
+
+
 def test_an_update_in_place_through_a_fused_fusion_counts_as_one():
   # XLA's TPU compiles can nest a fusion in a fusion (the gathered slot
   # engine's programs do): the outer fusion's value is the inner one's

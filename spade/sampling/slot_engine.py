@@ -53,7 +53,11 @@ idle ones) into the smallest of `SlotEngine.rows` (min_rows, 3/2 x, 2 x,
 shard's live slots among its own rows, so no row crosses a device), runs
 the loop on those rows and puts them back; a slot left out is not written
 at all that call (its keys stay as they were, which only lengthens the
-time a parked history stays intact).
+time a parked history stays intact). Under a mesh each chip takes and puts
+its own rows (`jax.shard_map` over the batch axes), one slice and one
+in-place update a row: a whole-array gather or scatter is what the SPMD
+partitioner would make of it otherwise (a copy of every leaf in pieces, a
+select over the whole cache).
 
 Time and positions. Every slot writes its step-t key at cache time t (the
 clock, one scalar: one compiled step serves every slot), so a global layer's
@@ -136,9 +140,56 @@ def _per_shard(x, spec, shards):
   )  # fmt: skip
 
 
-def _rows_take(x, spec, index):
+# The mesh axes a slot's row is sharded over (config.mesh.rules' "batch").
+_ROW_MESH_AXES = ("data", "fsdp")
+
+
+def _on_own_rows(mesh, f, spec, xs, index, *rest):
+  """f(*xs, index, *rest) run on each chip's own rows (`jax.shard_map`,
+  manual over the row axes only, the rest left to the partitioner): each
+  x of `xs` holds its rows on `spec`'s axis, `index` (int32[shards, b])
+  one line per chip, `rest` replicated. Run as one program over the
+  whole array, a row put is a select over every chip's whole array (the
+  partitioner cannot know an index falls in its own shard) and a row take
+  a gather; here each is a local slice, as in `shard_map`'s examples."""
+  row = jax.sharding.PartitionSpec(*(None,) * spec[0], _ROW_MESH_AXES)
+  lines = jax.sharding.PartitionSpec(_ROW_MESH_AXES)
+  rep = jax.sharding.PartitionSpec()
+  return jax.shard_map(
+      f, mesh=mesh, in_specs=(row,) * len(xs) + (lines,) + (rep,) * len(rest),
+      out_specs=row, axis_names=frozenset(_ROW_MESH_AXES), check_vma=False,
+  )(*xs, index, *rest)  # fmt: skip
+
+
+def _slices_take(x, spec, index):
+  """The rows `index` (int32[b]) names of x, one slice each, joined: what
+  they hold is read once. (XLA's TPU gather of whole rows copies the whole
+  operand in pieces first.)"""
+  axis, per_row = spec
+  return jnp.concatenate([
+      jax.lax.dynamic_slice_in_dim(x, index[j] * per_row, per_row, axis)
+      for j in range(index.shape[0])
+  ], axis)  # fmt: skip
+
+
+def _slices_put(x, y, spec, index):
+  """x with the rows `index` (int32[b]) names set to y's, one in-place
+  slice update each (y's rows in order)."""
+  axis, per_row = spec
+  for j in range(index.shape[0]):
+    row = jax.lax.slice_in_dim(y, j * per_row, (j + 1) * per_row, axis=axis)
+    x = jax.lax.dynamic_update_slice_in_dim(x, row, index[j] * per_row, axis)
+  return x
+
+
+def _rows_take(x, spec, index, mesh=None):
   """The rows `index` names (int32[shards, b]: each shard's own row
-  indices) of x, shard by shard (no row crosses a shard): b per shard."""
+  indices) of x, shard by shard (no row crosses a shard): b per shard.
+  With a mesh, each chip takes its own (`_on_own_rows`)."""
+  if mesh is not None:
+    return _on_own_rows(
+        mesh, lambda x, ix: _slices_take(x, spec, ix[0]), spec, (x,), index
+    )
   axis, _ = spec
   sh, b = index.shape
   s = x.shape
@@ -149,10 +200,17 @@ def _rows_take(x, spec, index):
   return y.reshape(s[:axis] + (-1,) + s[axis + 1 :])
 
 
-def _rows_put(x, y, spec, index, t=None, steps=None):
+def _rows_put(x, y, spec, index, t=None, steps=None, mesh=None):
   """x with the rows `index` names (as for `_rows_take`) set to y's; with
   a time axis `t` and `steps` (int32[n]; past the axis: dropped), only
-  those times of the rows, y holding n steps on its time axis."""
+  those times of the rows, y holding n steps on its time axis. With a
+  mesh, each chip puts its own (`_on_own_rows`)."""
+  if mesh is not None:
+    if t is None:
+      put = lambda x, y, ix: _slices_put(x, y, spec, ix[0])
+      return _on_own_rows(mesh, put, spec, (x, y), index)
+    put = lambda x, y, ix, steps: _rows_put(x, y, spec, ix, t, steps)
+    return _on_own_rows(mesh, put, spec, (x, y), index, steps)
   axis, _ = spec
   sh = index.shape[0]
   xs = _per_shard(x, spec, sh)
@@ -564,7 +622,9 @@ class SlotEngine:
     names = [k for k in state if k not in ("cache", "clock")]
     sub = state
     if index is not None:
-      sub = dict(state, **{k: _rows_take(state[k], vec, index) for k in names})
+      sub = dict(state, **{
+          k: _rows_take(state[k], vec, index, self.mesh) for k in names
+      })  # fmt: skip
     toks = self._constrain(jnp.full((rows, n), self.pad_id, jnp.int32),
                            "batch", None)  # fmt: skip
     lps = self._constrain(jnp.zeros((rows, n), jnp.float32), "batch", None)
@@ -575,10 +635,13 @@ class SlotEngine:
     )  # fmt: skip
     if index is not None:
       out = dict(
-          out, **{k: _rows_put(state[k], out[k], vec, index) for k in names}
-      )
+          out, **{
+              k: _rows_put(state[k], out[k], vec, index, mesh=self.mesh)
+              for k in names
+          }
+      )  # fmt: skip
       full = lambda v, y: _rows_put(jnp.full((s, n), v, y.dtype), y, vec,
-                                    index)  # fmt: skip
+                                    index, mesh=self.mesh)  # fmt: skip
       toks, lps = full(self.pad_id, toks), full(0, lps)
     state = out
     emitted = state["gen"] - before
@@ -604,7 +667,9 @@ class SlotEngine:
     w0 = jnp.int32(0) if whole else clock + room - window
     most = n if whole else jnp.minimum(n, room)
     full = state["cache"]
-    rows = lambda x, spec: x if index is None else _rows_take(x, spec, index)
+    rows = lambda x, spec: (
+        x if index is None else _rows_take(x, spec, index, self.mesh)
+    )
     if not whole:
       ring = w0 + jnp.arange(window, dtype=jnp.int32)  # taken mod c
       take = lambda x, spec, t: rows(
@@ -669,7 +734,7 @@ class SlotEngine:
       def put(x, y, spec, t):
         y = jnp.take(y, src, axis=t, mode="wrap")
         if index is not None:
-          return _rows_put(x, y, spec, index, t, dst)
+          return _rows_put(x, y, spec, index, t, dst, self.mesh)
         return x.at[(slice(None),) * t + (dst,)].set(
             y, mode="drop", unique_indices=True
         )
@@ -679,7 +744,8 @@ class SlotEngine:
       ))  # fmt: skip
     elif index is not None:
       state = dict(state, cache=jax.tree.map(
-          lambda x, y, spec: _rows_put(x, y, spec, index), full,
+          lambda x, y, spec: _rows_put(x, y, spec, index, mesh=self.mesh),
+          full,
           state["cache"], self._row_axes,
       ))  # fmt: skip
     return state, toks, lps, steps

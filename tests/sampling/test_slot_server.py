@@ -6,6 +6,8 @@ and one global layer, so every ring buffer wraps; the carried-cache tests
 use its all-global variant (ring buffers cannot be continued).
 """
 
+import functools
+
 import jax
 import ml_collections
 import numpy as np
@@ -229,11 +231,20 @@ def test_a_returning_turn_continues_its_slots_cache(
   assert engine.traces == {"init": 1, "prefill_insert": 1, "generate": 1}
 
 
+@pytest.mark.parametrize("on_mesh", [False, True])
 @pytest.mark.parametrize("axis,per_row", [(0, 1), (1, 1), (1, 2), (0, 3)])
-def test_rows_take_and_put_move_each_shards_rows(axis, per_row):
+def test_rows_take_and_put_move_each_shards_rows(axis, per_row, on_mesh):
   """`_rows_take` and `_rows_put` (each shard's rows, within the shard)
   against numpy's indexing: 2 shards of 4 rows, 3 taken from each, a time axis
-  after the row axis whose steps past its end are dropped."""
+  after the row axis whose steps past its end are dropped. On a mesh (data 2,
+  tensor 2: the other axis left to the partitioner) each chip moves its own
+  rows under `shard_map`, and x stays sharded on its rows."""
+  mesh = None
+  if on_mesh:
+    mesh = sharding.make_mesh(
+        ml_collections.ConfigDict(dict(data=2, fsdp=1, tensor=2)),
+        jax.devices()[:4],
+    )
   rng = np.random.default_rng(axis + 10 * per_row)
   sh, per_shard, b, t = 2, 4, 3, 3
   shape = [5, 5, 5, 6]
@@ -251,12 +262,21 @@ def test_rows_take_and_put_move_each_shards_rows(axis, per_row):
     return np.moveaxis(a, 0, axis).reshape(like.shape)
 
   spec = (axis, per_row)
-  got = np.asarray(slot_engine._rows_take(x, spec, index))
+  if on_mesh:
+    row = jax.sharding.PartitionSpec(*(None,) * axis, ("data", "fsdp"))
+    x = jax.device_put(x, jax.sharding.NamedSharding(mesh, row))
+  take = jax.jit(lambda x, ix: slot_engine._rows_take(x, spec, ix, mesh))
+  got = take(x, index)
+  if on_mesh:
+    assert got.sharding.spec[axis] == ("data", "fsdp")
+  got = np.asarray(got)
+  x = np.asarray(x)
   np.testing.assert_array_equal(got, join(split(x, sh * per_shard)[rows], got))
   y = rng.normal(size=got.shape).astype(np.float32)
   want = split(x, sh * per_shard).copy()
   want[rows] = split(y, sh * b)
-  put = slot_engine._rows_put(x, y, spec, index)
+  put = jax.jit(functools.partial(slot_engine._rows_put, spec=spec, mesh=mesh))
+  put = put(x, y, index=index)
   np.testing.assert_array_equal(np.asarray(put), join(want, x))
   # Only the times `steps` of the rows (y holds 3 steps; time 7 is past
   # the axis and dropped).
@@ -265,7 +285,9 @@ def test_rows_take_and_put_move_each_shards_rows(axis, per_row):
   want, ys = split(x, sh * per_shard).copy(), split(y, sh * b)
   for k, step in enumerate(steps[:2]):
     want[rows, ..., step] = ys[..., k]
-  put = slot_engine._rows_put(x, y, spec, index, t, steps)
+  put = jax.jit(lambda x, y, ix, steps: slot_engine._rows_put(
+      x, y, spec, ix, t, steps, mesh
+  ))(x, y, index, steps)  # fmt: skip
   np.testing.assert_array_equal(np.asarray(put), join(want, x))
 
 
