@@ -457,25 +457,29 @@ def test_score_mask_skips_chunks_with_nothing_to_score():
   mask[1, 5] = True
   mask[0, 12:15] = True
 
+  @jax.jit
   def scored(p, score_mask):
-    lp, _ = model.apply(
-        {"params": p}, tokens, positions, T.Role.AGENT, targets=tokens,
-        chunk=4, score_mask=score_mask,
-    )  # fmt: skip
-    return lp
+    """The log-probs and the gradient of the scored positions' sum: one
+    compilation a mask, not one a pass."""
 
-  full, skipped = scored(params, None), scored(params, jnp.asarray(mask))
+    def loss(p):
+      lp, _ = model.apply(
+          {"params": p}, tokens, positions, T.Role.AGENT, targets=tokens,
+          chunk=4, score_mask=score_mask,
+      )  # fmt: skip
+      return jnp.sum(jnp.where(mask, lp, 0.0)), lp
+
+    (_, lp), grad = jax.value_and_grad(loss, has_aux=True)(p)
+    return lp, grad
+
+  (full, g1), (skipped, g2) = scored(params, None), scored(
+      params, jnp.asarray(mask)
+  )
   computed = np.zeros((2, 16), bool)
   computed[:, 4:8] = computed[:, 12:16] = True
   np.testing.assert_allclose(skipped[computed], full[computed], atol=1e-6)
   assert np.all(np.asarray(skipped)[~computed] == 0.0)
   assert np.all(np.asarray(full)[~computed] != 0.0)
-
-  def loss(p, score_mask):
-    return jnp.sum(jnp.where(mask, scored(p, score_mask), 0.0))
-
-  g1 = jax.grad(loss)(params, None)
-  g2 = jax.grad(loss)(params, jnp.asarray(mask))
   for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
@@ -587,12 +591,16 @@ def _scored(cfg, params, tokens):
 
 @pytest.mark.slow  # one compilation per policy
 def test_every_remat_policy_gives_the_same_loss_and_gradients():
-  cfg = _tiny()
+  # Two layers, one sliding and one global: each kind of layer under every
+  # policy, and two blocks in the scanned body to compile, not `_tiny`'s
+  # three.
+  two = dict(num_layers=2, global_every=2)
+  cfg = _tiny(**two)
   params = T.init_params(cfg, jax.random.key(0))
   tokens = jax.random.randint(jax.random.key(8), (2, 16), 0, 259)
 
   def loss_and_grad(name):
-    c = _tiny(remat=name)
+    c = _tiny(remat=name, **two)
     fn = jax.jit(jax.value_and_grad(lambda p: jnp.mean(_scored(c, p, tokens))))
     return fn(params)
 
@@ -663,10 +671,11 @@ def test_decoding_weights_in_the_activations_type_change_no_value():
   tokens = jax.random.randint(jax.random.key(3), (2, 6), 1, 259)
   pos = jnp.broadcast_to(jnp.arange(6), (2, 6))
   mask = jnp.ones((2, 6), bool)
-  got = fns.tokens_to_logits(
-      prepared, tokens, pos, mask, fns.init_cache(2, 8), 0
-  )
-  want = fns.tokens_to_logits(plain, tokens, pos, mask, fns.init_cache(2, 8), 0)
+  # Jitted, as the samplers run it (and one compilation a layout, not an
+  # eager dispatch per op).
+  step = jax.jit(fns.tokens_to_logits)
+  got = step(prepared, tokens, pos, mask, fns.init_cache(2, 8), 0)
+  want = step(plain, tokens, pos, mask, fns.init_cache(2, 8), 0)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
   # float32 activations keep float32 weights (the CPU configs).
