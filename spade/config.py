@@ -840,13 +840,14 @@ def tpu_pod_config(
   c.sampling.slots = 256
   c.sampling.prefill_rows = 16
   c.sampling.decode_steps = 32
-  # A generate call on gathered rows takes their cache out and scatters it
-  # back, which the TPU compiler lowers to selects over the whole cache;
-  # above about a quarter of the slots that reads more a step than a call on
-  # every slot (`spade.compile --engine --bytes_breakdown`, 2026-12-05:
-  # Gemma 3 1B on a v5p-8 gains up to 64 rows, 4B on a v5p-32 up to 48 and
-  # breaks even at 64; docs/scale.md). The other sizes were not measured.
-  c.sampling.max_gathered_rows = 64
+  # No cap on the gathered row counts: with each chip moving its own rows,
+  # every count reads less a step than a call on every slot
+  # (`spade.compile --engine --bytes_breakdown`, 2026-12-06: Gemma 3 1B on a
+  # v5p-8 0.14-0.82 of every slot's bytes at 4-192 rows of 256, 4B on a
+  # v5p-32 0.21-0.95 at 16-192; docs/scale.md). The 12B and the Qwen3
+  # configs were not compiled gathered: `spade.compile --engine` checks
+  # that every count fits before a run.
+  c.sampling.max_gathered_rows = 0
 
   c.regret.estimator = "reference"
   c.optim.learning_rate = 1e-6
