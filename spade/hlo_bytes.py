@@ -53,10 +53,11 @@ call), and XLA's total, which counts them once, falls short by the rest.
 that does not move through HBM: arrays the layout places in another memory
 space (VMEM), the buffer of a fused in-place update (written where it
 lies, update only), and the part of a fused operand that the fusion only
-slices and does not take. The figures are per device (the compiled program is one
-device's); XLA's own total comes beside them, and `Breakdown.unexplained`
-is what this accounting does not reproduce (an operation whose bytes XLA
-counts as unknown, a rule of the TPU compiler's own analysis).
+slices and does not take. The figures are per device (the compiled program
+is one device's); XLA's own total comes beside them, and
+`Breakdown.unexplained` is what this accounting does not reproduce (an
+operation whose bytes XLA counts as unknown, a rule of the TPU compiler's
+own analysis).
 """
 
 from __future__ import annotations
