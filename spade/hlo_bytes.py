@@ -635,6 +635,10 @@ class _Analysis:
       put(cat, size)
     return split
 
+  def _users(self, fused: str, name: str) -> list[Op]:
+    """The fused computation's operations that take `name`."""
+    return [o for o in self.comps[fused] if name in o.operands]
+
   def _is_value(self, fused: str, name: str, depth: int = 0) -> bool:
     """Whether `name` is the fused computation's value: its root, a root
     tuple's element, or bitcast to one."""
@@ -642,7 +646,7 @@ class _Analysis:
     root = next(o for o in ops if o.root)
     if root.name == name or (root.opcode == "tuple" and name in root.operands):
       return True
-    users = [o for o in ops if name in o.operands]
+    users = self._users(fused, name)
     if depth > 8 or len(users) != 1 or users[0].opcode != "bitcast":
       return False
     return self._is_value(fused, users[0].name, depth + 1)
@@ -654,8 +658,7 @@ class _Analysis:
     output shares its buffer, and the emitter writes the update there and
     reads nothing else of it. XLA's analysis still counts it read whole
     (`bytes`); HBM traffic (`hbm`) does not."""
-    ops = self.comps[fused]
-    users = [o for o in ops if name in o.operands]
+    users = self._users(fused, name)
     if depth > 8 or len(users) != 1 or users[0].operands.count(name) != 1:
       return False
     u = users[0]
@@ -677,8 +680,7 @@ class _Analysis:
     """The bytes of the slices taken of the fused parameter (or value)
     `name` when `slice` and `dynamic-slice` (through bitcasts) are its only
     uses, else None."""
-    ops = self.comps[fused]
-    users = [o for o in ops if name in o.operands]
+    users = self._users(fused, name)
     if depth > 8 or not users:
       return None
     total = 0.0
