@@ -53,7 +53,8 @@ call), and XLA's total, which counts them once, falls short by the rest.
 that does not move through HBM: arrays the layout places in another memory
 space (VMEM), the buffer of a fused in-place update (written where it
 lies, update only), and the part of a fused operand that the fusion only
-slices and does not take. The figures are per device (the compiled program
+slices or gathers and does not take (an embedding lookup reads the
+tokens' rows, not the table). The figures are per device (the compiled program
 is one device's); XLA's own total comes beside them, and
 `Breakdown.unexplained` is what this accounting does not reproduce (an
 operation whose bytes XLA counts as unknown, a rule of the TPU compiler's
@@ -678,8 +679,9 @@ class _Analysis:
 
   def _sliced_bytes(self, fused: str, name: str, depth: int = 0):
     """The bytes of the slices taken of the fused parameter (or value)
-    `name` when `slice` and `dynamic-slice` (through bitcasts) are its only
-    uses, else None."""
+    `name` when `slice`, `dynamic-slice` and `gather` (through bitcasts)
+    are its only uses, else None. A gather reads the rows it takes (an
+    embedding lookup: the tokens' rows, not the table)."""
     users = self._users(fused, name)
     if depth > 8 or not users:
       return None
@@ -687,7 +689,10 @@ class _Analysis:
     for u in users:
       if u.opcode == "bitcast":
         got = self._sliced_bytes(fused, u.name, depth + 1)
-      elif u.opcode in ("slice", "dynamic-slice") and u.operands[0] == name:
+      elif (
+          u.opcode in ("slice", "dynamic-slice", "gather")
+          and u.operands[0] == name
+      ):
         # Whatever memory space the fused value's layout names: the
         # slice is read from the parameter's.
         got = None if name in u.operands[1:] else shape_bytes(u.shape)

@@ -159,6 +159,37 @@ def test_hbm_traffic_reads_only_the_slices_a_fusion_takes():
   assert b.hbm["cache_read"] == ROW + whole
 
 
+_GATHERED = """HloModule gathered
+
+%fused_lookup (param_0: bf16[4096,256], param_1: s32[16,1], param_2: bf16[4096,256]) -> bf16[16,256] {
+  %param_0 = bf16[4096,256]{1,0:T(8,128)(2,1)} parameter(0)
+  %param_1 = s32[16,1]{1,0:T(8,128)} parameter(1)
+  %param_2 = bf16[4096,256]{1,0:T(8,128)(2,1)} parameter(2)
+  %rows = bf16[16,256]{1,0:T(8,128)(2,1)} gather(%param_0, %param_1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,256}
+  %m = bf16[4096,256]{1,0:T(8,128)(2,1)} negate(%param_2)
+  %more = bf16[16,256]{1,0:T(8,128)(2,1)} gather(%m, %param_1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,256}
+  ROOT %out = bf16[16,256]{1,0:T(8,128)(2,1)} add(%rows, %more)
+}
+
+ENTRY %main (p0: bf16[4096,256], p1: s32[16,1], p2: bf16[4096,256]) -> bf16[16,256] {
+  %p0 = bf16[4096,256]{1,0:T(8,128)(2,1)} parameter(0), metadata={op_name="p['embedder']['input_embedding']"}
+  %p1 = s32[16,1]{1,0:T(8,128)} parameter(1)
+  %p2 = bf16[4096,256]{1,0:T(8,128)(2,1)} parameter(2), metadata={op_name="p['heads']['shared']['unembedding']"}
+  ROOT %f = bf16[16,256]{1,0:T(8,128)(2,1)} fusion(%p0, %p1, %p2), kind=kLoop, calls=%fused_lookup
+}
+"""
+
+
+def test_hbm_traffic_reads_only_the_rows_a_gather_takes():
+  """An embedding lookup reads the tokens' rows of the table (p0), not the
+  table; a table the fusion also reads whole (p2, negated) still pays for
+  it whole. XLA's own count takes both whole."""
+  b = hlo_bytes.breakdown_text(_GATHERED)
+  table, rows = 4096 * 256 * 2, 16 * 256 * 2
+  assert b.bytes["weights"] == 2 * table
+  assert b.hbm["weights"] == rows + table
+
+
 def test_an_update_in_place_through_a_fused_fusion_counts_as_one():
   # XLA's TPU compiles can nest a fusion in a fusion (the gathered slot
   # engine's programs do): the outer fusion's value is the inner one's

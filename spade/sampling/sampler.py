@@ -233,11 +233,14 @@ def bucket(n: int, minimum: int = 8) -> int:
   return shapes.bucket(n, minimum=minimum)
 
 
-def _categorical(key: Array, logits: Array) -> Array:
-  """Exact categorical draw from float32 logits[B, V] (-inf allowed)."""
+def _categorical(key: Array, logits: Array, most: Array | None = None) -> Array:
+  """Exact categorical draw from float32 logits[B, V] (-inf allowed);
+  `most`, when the caller has it, is their max per row ([B, 1])."""
   b, v = logits.shape
   nb = -(-v // _BLOCK)
-  probs = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
+  if most is None:
+    most = jnp.max(logits, -1, keepdims=True)
+  probs = jnp.exp(logits - most)
   probs = jnp.pad(probs, ((0, 0), (0, nb * _BLOCK - v)))
   blocks = probs.reshape(b, nb, _BLOCK)
   u = jax.random.uniform(key, (2, b, 1))
@@ -388,23 +391,41 @@ def sample_logits(
     # decode step for 8 x 262,144 logits, these 1.7.
     v = logits.shape[-1]
     iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
-    top = logits == jnp.max(logits, -1, keepdims=True)
-    tok = jnp.minimum(jnp.min(jnp.where(top, iota, v), -1), v - 1)
-  elif top_k > 0:
+    most = jnp.max(logits, -1, keepdims=True)
+    tok = jnp.minimum(jnp.min(jnp.where(logits == most, iota, v), -1), v - 1)
+    return tok, _log_softmax_at(logits, most[:, 0], most)
+  if top_k > 0:
     vals, idx = jax.lax.top_k(logits, top_k)
     scaled = vals / temperature
     if use_top_p:
       scaled = jnp.where(_nucleus(scaled, top_p), scaled, -jnp.inf)
     choice = _categorical(key, scaled)
     tok = jnp.take_along_axis(idx, choice[:, None], 1)[:, 0].astype(jnp.int32)
-  else:
-    scaled = logits / temperature
-    if use_top_p:
-      threshold = _nucleus_threshold(scaled, top_p)
-      scaled = jnp.where(scaled >= threshold, scaled, -jnp.inf)
-    tok = _categorical(key, scaled)
+    # top-k's values are the logits' own floats, the first the row's max.
+    chosen = jnp.take_along_axis(vals, choice[:, None], 1)[:, 0]
+    return tok, _log_softmax_at(logits, chosen, vals[:, :1])
+  most = jnp.max(logits, -1, keepdims=True)
+  scaled = logits / temperature
+  if use_top_p:  # the max is always kept
+    threshold = _nucleus_threshold(scaled, top_p)
+    scaled = jnp.where(scaled >= threshold, scaled, -jnp.inf)
+  # Division by a positive float keeps order, rounding included: the scaled
+  # max is the max scaled.
+  tok = _categorical(key, scaled, most / temperature)
   chosen = jnp.take_along_axis(logits, tok[:, None], 1)[:, 0]
-  return tok, chosen - jax.nn.logsumexp(logits, -1)
+  return tok, _log_softmax_at(logits, chosen, most)
+
+
+def _log_softmax_at(logits: Array, chosen: Array, most: Array) -> Array:
+  """log_softmax(logits)[tok] from the chosen logits ([B]) and the rows'
+  max ([B, 1]): jax.nn.logsumexp's floats, step for step, without its own
+  pass for the max when the sampler already has it (greedy's max, top-k's
+  first value), and with no gather over the vocabulary for the chosen
+  logit where top-k's values hold it. Each pass over a decode step's
+  [rows, 262,144] float32 logits is a read from HBM on TPU."""
+  shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(most), most, 0.0))
+  total = jnp.sum(jnp.exp(logits - shift), -1)
+  return chosen - (jnp.log(jnp.abs(total)) + shift[:, 0])
 
 
 @dataclasses.dataclass(frozen=True)

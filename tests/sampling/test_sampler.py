@@ -114,6 +114,53 @@ def test_greedy_draw_is_numpy_argmax_with_ties_and_masks():
   np.testing.assert_allclose(np.asarray(logp), peak[:, 0] - lse, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "greedy,top_k,use_top_p",
+    [(True, 0, False), (False, 20, False), (False, 20, True),
+     (False, 0, False), (False, 0, True)],
+)  # fmt: skip
+def test_each_draw_s_log_prob_and_token_without_the_extra_passes(
+    greedy, top_k, use_top_p
+):
+  # The sampler reuses the max it has (greedy's, top-k's first value) and
+  # top-k's values for the chosen logit: the log-prob must still be the
+  # chosen token's log_softmax, and the draw the one a fresh max gives.
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=(5, 3000)).astype(np.float32) * 3
+  logits[1, :1500] = -np.inf
+  logits[2, [5, 2900]] = 30.0  # a tie at the top
+  logits = jnp.asarray(logits)
+  key = jax.random.key(7)
+  temperature, top_p = jnp.float32(0.7), jnp.float32(0.9)
+  tok, logp = jax.jit(
+      functools.partial(
+          S.sample_logits, greedy=greedy, top_k=top_k, use_top_p=use_top_p
+      )
+  )(key, logits, temperature=temperature, top_p=top_p)
+  want = np.take_along_axis(
+      np.asarray(jax.nn.log_softmax(logits, -1)), np.asarray(tok)[:, None], 1
+  )[:, 0]
+  np.testing.assert_allclose(np.asarray(logp), want, rtol=1e-6, atol=1e-6)
+  assert np.all(np.isfinite(np.asarray(logp)))
+  if greedy:
+    np.testing.assert_array_equal(np.asarray(tok), np.argmax(logits, -1))
+    return
+  if top_k:
+    vals, idx = jax.lax.top_k(logits, top_k)
+    scaled = vals / temperature
+    if use_top_p:
+      scaled = jnp.where(S._nucleus(scaled, top_p), scaled, -jnp.inf)
+    old = jnp.take_along_axis(idx, S._categorical(key, scaled)[:, None], 1)
+    old = old[:, 0]
+  else:
+    scaled = logits / temperature
+    if use_top_p:
+      threshold = S._nucleus_threshold(scaled, top_p)
+      scaled = jnp.where(scaled >= threshold, scaled, -jnp.inf)
+    old = S._categorical(key, scaled)
+  np.testing.assert_array_equal(np.asarray(tok), np.asarray(old))
+
+
 def test_top_k_one_and_tiny_top_p_are_greedy(setup):
   _, params, sampler, _ = setup
   greedy = _run(sampler, params, temperature=0.0)
