@@ -128,6 +128,9 @@ def base_config() -> ConfigDict:
       # A one-token step's rows where they meet a weight's shards
       # (`model.decode_sharding="stationary"`): whole on every fsdp shard.
       ("decode_batch", "data"),
+      # The decoding layout's tables, by rows (`layers.DECODE_PARAM_AXES`),
+      # and a decode step's logits: split over the vocabulary.
+      ("decode_vocab", ("fsdp", "tensor")),
       ("vocab", "tensor"),
       ("embed", "fsdp"),
       ("heads", "tensor"),

@@ -68,6 +68,21 @@ PARAM_AXES = {
     ("agent", "unembedding"): ("vocab", "embed"),
 }
 
+# The decoding layout's tables (`transformer.sampling_fns`): split over the
+# vocabulary on the mesh axes the rules give "decode_vocab" (fsdp and
+# tensor by default), each row whole. A decode step's head then gives each
+# chip whole logits for its share of the vocabulary, which the slot engine
+# samples from where they lie (`sampler.sample_split`); a table split on
+# "embed" gives float32 partial sums of every row's logits over the whole
+# vocabulary instead, reduce-scattered after (on fsdp=4, 9 MiB a generated
+# token of the Gemma 3 1B's 53 MiB minimum). The input lookup then takes
+# whole rows of a table laid out by rows. The train state keeps PARAM_AXES.
+DECODE_PARAM_AXES = {
+    key: ("decode_vocab", None)
+    for key, axes in PARAM_AXES.items()
+    if axes == ("vocab", "embed")
+}
+
 # How many leading axes of each projection's kernel it contracts (its input
 # dimensions; the rest are its features).
 CONTRACTED = {
@@ -138,6 +153,14 @@ def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
   """Whether `x` ([batch, length, ...]) is a one-token step that moves its
   rows rather than the weights (`config.model.decode_sharding`)."""
   return cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
+
+
+def decode_logits(x: Array) -> Array:
+  """A decode step's logits [B, ..., V] where the decoding layout's table
+  (`DECODE_PARAM_AXES`) gives them: rows over "decode_batch", the
+  vocabulary over "decode_vocab". The slot engine draws from them there
+  (`sampler.sample_split`); other readers constrain them to the rows."""
+  return constrain(x, "decode_batch", *(None,) * (x.ndim - 2), "decode_vocab")
 
 
 def rows_to_weights(x: Array, contracted: tuple[str, ...]) -> Array:

@@ -29,6 +29,8 @@ import jax
 import numpy as np
 from jax.experimental import mesh_utils
 
+from spade.model import layers
+from spade.model import layout
 from spade.model import transformer
 
 AXES = ("data", "fsdp", "tensor")
@@ -82,13 +84,23 @@ def make_mesh(mesh_config, devices: Sequence[Any] | None = None):
   return jax.sharding.Mesh(grid, AXES)
 
 
+# Logical axes every rule table needs, with the split they take where a
+# table (an older config's) leaves them out: a name the rules lack is
+# unsharded, and the decoding layout's tables would then be whole on every
+# chip.
+_IMPLIED = (("decode_vocab", ("fsdp", "tensor")),)
+
+
 def _rules(rules: Rules) -> tuple[tuple[str, Any], ...]:
-  """Rules as hashable tuples (ConfigDicts may turn tuples into lists)."""
+  """Rules as hashable tuples (ConfigDicts may turn tuples into lists),
+  with `_IMPLIED`'s names added where they are missing."""
   out = []
   for name, target in rules:
     if isinstance(target, list):
       target = tuple(target)
     out.append((name, target))
+  named = {name for name, _ in out}
+  out += [rule for rule in _IMPLIED if rule[0] not in named]
   return tuple(out)
 
 
@@ -108,6 +120,16 @@ def param_shardings(params, mesh, rules: Rules) -> Any:
   """NamedSharding for every parameter (plain or boxed tree)."""
   specs = transformer.param_logical_axes(params)
   return nn.logical_to_mesh_sharding(specs, mesh, _rules(rules))
+
+
+def _fit_table(leaf, decoding, training):
+  """A decoding-layout table's sharding: split over the vocabulary where
+  its axes divide it, else the train state's split (not whole on every
+  chip: the byte vocabulary's 259 rows over fsdp x tensor)."""
+  fitted = _fit(leaf, decoding)
+  if fitted.spec and fitted.spec[0] is None:
+    return _fit(leaf, training)
+  return fitted
 
 
 def shard_params(params, mesh, rules: Rules) -> Any:
@@ -143,7 +165,24 @@ def fitted_param_shardings(params, mesh, rules: Rules) -> Any:
   Use as jit in/out shardings for trees placed by `shard_params`.
   """
   params = nn.unbox(params)
-  return jax.tree.map(_fit, params, param_shardings(params, mesh, rules))
+  fitted = jax.tree.map(_fit, params, param_shardings(params, mesh, rules))
+  if not layout.is_per_layer(params):
+    return fitted
+  training = nn.logical_to_mesh_sharding(
+      transformer.param_logical_axes(params, decoding=False),
+      mesh,
+      _rules(rules),
+  )
+
+  def table(path, leaf, fit, train):
+    names = tuple(str(getattr(p, "key", p)) for p in path)
+    if names[0].startswith("layer_"):
+      return fit
+    if names[-2:] not in layers.DECODE_PARAM_AXES:
+      return fit
+    return _fit_table(leaf, fit, train)
+
+  return jax.tree_util.tree_map_with_path(table, params, fitted, training)
 
 
 def fitted_logical_shardings(tree, logical_axes, mesh, rules: Rules) -> Any:

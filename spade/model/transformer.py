@@ -330,6 +330,8 @@ class Transformer(nn.Module):
       logp = chunked_logprobs(x, table, targets, chunk, score_mask, factors)
       return logp, new_cache
     logits = _Heads(cfg, name="heads")(x, Role(role))
+    if layers.stationary(cfg, x):  # where the head gave them
+      return logits, new_cache
     return layers.constrain(logits, "batch", "length", "vocab"), new_cache
 
 
@@ -462,9 +464,14 @@ class _Heads(nn.Module):
     if table_only:
       return table
     if layers.stationary(self.cfg, x):
-      # The table stays on its shards (`config.model.decode_sharding`).
-      x = layers.rows_to_weights(x, ("embed",))
-      return layers.rows_back(_head_logits(x, *table), ("vocab",))
+      # The table stays on its shards (`config.model.decode_sharding`): the
+      # rows come whole to each, which takes the part of them it needs. The
+      # decoding layout's table is split over the vocabulary
+      # (`layers.DECODE_PARAM_AXES`), and its logits stay there
+      # (`layers.decode_logits`); a table split on "embed" gives partial
+      # sums, reduce-scattered to that split.
+      x = layers.rows_to_weights(x, ())
+      return layers.decode_logits(_head_logits(x, *table))
     return _head_logits(x, *table)
 
 
@@ -513,13 +520,17 @@ def init_params(model_config, rng: Array) -> dict[str, Any]:
   return nn.unbox(variables["params"])
 
 
-def param_logical_axes(params: Params) -> Any:
+def param_logical_axes(params: Params, decoding: bool | None = None) -> Any:
   """A tree like `params` of logical `PartitionSpec`s (`layers.PARAM_AXES`).
 
   Works on plain trees (the loaders' output), so checkpoint weights shard the
   same way as a scratch init. Leaves of the scanned stacks
-  (`architecture.STACKS`) lead with the "layers" axis.
+  (`architecture.STACKS`) lead with the "layers" axis. In the decoding
+  layout (`decoding`; by default, whether the tree is in it) the tables
+  take `layers.DECODE_PARAM_AXES`.
   """
+  if decoding is None:
+    decoding = layout.is_per_layer(params)
 
   def axes(path, leaf):
     names = tuple(getattr(p, "key", str(p)) for p in path)
@@ -530,6 +541,8 @@ def param_logical_axes(params: Params) -> Any:
           f"{key} to spade.model.layers.PARAM_AXES"
       )
     spec = layers.PARAM_AXES[key]
+    if decoding and not names[0].startswith("layer_"):
+      spec = layers.DECODE_PARAM_AXES.get(key, spec)
     if names[0] in architecture.STACKS:
       spec = ("layers",) + spec
     if len(spec) != np.ndim(leaf):
@@ -618,9 +631,27 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
   def make_cache(batch: int, length: int) -> kv_cache.Cache:
     return kv_cache.init_cache(cfg, batch, length, per_layer=per_layer)
 
-  unstack = jax.jit(
-      lambda p: decode_dtypes(layout.to_per_layer_layout(p, cfg), cfg)
-  )
+  def decoding(params):
+    params = decode_dtypes(layout.to_per_layer_layout(params, cfg), cfg)
+    # Under a mesh's rules (the slot engine's `prepare`), the tables move
+    # to their decoding split (`sharding.fitted_param_shardings`); the
+    # layers' weights stay where they are.
+    mesh, rules = jax.sharding.get_abstract_mesh(), nn.get_logical_axis_rules()
+    if mesh.empty or not rules:
+      return params
+    from spade.model import sharding  # pylint: disable=g-import-not-at-top
+
+    where = sharding.fitted_param_shardings(params, mesh, rules)
+    return {
+        k: (
+            v
+            if k.startswith("layer_")
+            else jax.tree.map(jax.lax.with_sharding_constraint, v, where[k])
+        )
+        for k, v in params.items()
+    }
+
+  unstack = jax.jit(decoding)
 
   def prepare_params(params: Params) -> Params:
     # Runs outside jit (the slot engine) or inside (the lock-step sampler):

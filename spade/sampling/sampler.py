@@ -29,7 +29,11 @@ the temperature, restricted to the top-k (k > 0) and/or the nucleus (top_p <
 within the chosen block): exact, and much cheaper on CPU than Gumbel noise for
 a 262k vocabulary. top_p < 1 without top_k finds the nucleus's threshold by
 bisection, not by sorting the vocabulary (`_nucleus_threshold`: 2.0 against
-47.9 ms a row of 151,936 logits on this CPU).
+47.9 ms a row of 151,936 logits on this CPU), and the top-k without sorting
+it either (`exact_top_k`: block maxima, then the k best blocks). Where a
+decode step's logits are split over the vocabulary across chips (the slot
+engine on a mesh), `sample_split` draws the same tokens from each chip's
+part, moving only the candidates.
 
 Sharing: a prefix common to every row is prefilled once (`share_prefix`)
 and identical prompts are prefilled once each (`share_rows`); the copies
@@ -256,6 +260,54 @@ def _categorical(key: Array, logits: Array, most: Array | None = None) -> Array:
   return (block * _BLOCK + pick(within, u[1])).astype(jnp.int32)
 
 
+def exact_top_k(x: Array, k: int, block: int = 128) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x, k)` over the last axis, the same values and indices
+  (ties to the lower index), without sorting the whole row: XLA's TPU
+  top-k sorts every word of a decode step's [rows, 262,144] float32 logits,
+  writes the sorted values and indices whole and, at 128 rows or more a
+  chip, copies them twice over to and from a layout with the rows minor.
+
+  The row's blocks of `block` words each give their max; the k blocks with
+  the largest (ties to the lower block) hold every one of the row's top k
+  (an element of the top k is at least the k-th largest block max, so its
+  block's max is too; where maxima tie at that value, the lower blocks are
+  taken and hold enough of the tied elements before any later one). Those
+  blocks, in their order in the row, give the k. So the row is read once,
+  for the maxima, and only k blocks again. With the rows in eights the
+  maxima are taken in the order of TPU's (8, 128) tiles, so they fuse into
+  the logits' producer; a window reduction made TPU copy the logits into a
+  layout with the rows minor first."""
+  *lead, v = x.shape
+  n = -(-v // block)
+  if n <= k:
+    return jax.lax.top_k(x, k)
+  # Padding ties the row's lowest value at most, and loses the tie.
+  floating = jnp.issubdtype(x.dtype, jnp.floating)
+  low = jnp.asarray(-jnp.inf if floating else jnp.iinfo(x.dtype).min, x.dtype)
+  if v % block:  # a copy of the row, for a vocabulary off the block
+    x = jnp.pad(
+        x, [(0, 0)] * len(lead) + [(0, n * block - v)], constant_values=low
+    )
+  # A window reduction and slices, not a reshape into blocks: on TPU that
+  # reshape crosses the (8, 128) tiles of the rows and copies them.
+  window = (1,) * len(lead) + (block,)
+  r = int(np.prod(lead))
+  if r % 8 == 0:
+    # Rows in eights and words in blocks: the order of TPU's (8, 128) tiles.
+    tiles = x.reshape(r // 8, 8, n, block).transpose(0, 2, 1, 3)
+    maxima = jnp.max(tiles, -1).transpose(0, 2, 1).reshape(*lead, n)
+  else:
+    maxima = jax.lax.reduce_window(x, low, jax.lax.max, window, window, "VALID")
+  _, chosen = jax.lax.top_k(maxima, k)
+  rows = x.reshape(-1, n * block)
+  starts = jnp.sort(chosen, -1).reshape(-1, k) * block  # the row's order
+  take = lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, block)
+  words = jax.vmap(jax.vmap(take, (None, 0)))(rows, starts)
+  vals, at = jax.lax.top_k(words.reshape(-1, k * block), k)
+  idx = jnp.take_along_axis(starts, at // block, -1) + at % block
+  return vals.reshape(*lead, k), idx.reshape(*lead, k).astype(jnp.int32)
+
+
 def _nucleus(sorted_desc: Array, top_p: Array) -> Array:
   """Mask over descending-sorted logits keeping the smallest set >= top_p."""
   probs = jax.nn.softmax(sorted_desc, -1)
@@ -395,14 +447,8 @@ def sample_logits(
     tok = jnp.minimum(jnp.min(jnp.where(logits == most, iota, v), -1), v - 1)
     return tok, _log_softmax_at(logits, most[:, 0], most)
   if top_k > 0:
-    vals, idx = jax.lax.top_k(logits, top_k)
-    scaled = vals / temperature
-    if use_top_p:
-      scaled = jnp.where(_nucleus(scaled, top_p), scaled, -jnp.inf)
-    choice = _categorical(key, scaled)
-    tok = jnp.take_along_axis(idx, choice[:, None], 1)[:, 0].astype(jnp.int32)
-    # top-k's values are the logits' own floats, the first the row's max.
-    chosen = jnp.take_along_axis(vals, choice[:, None], 1)[:, 0]
+    vals, idx = exact_top_k(logits, top_k)
+    tok, chosen = _draw_top_k(key, vals, idx, temperature, use_top_p, top_p)
     return tok, _log_softmax_at(logits, chosen, vals[:, :1])
   most = jnp.max(logits, -1, keepdims=True)
   scaled = logits / temperature
@@ -416,16 +462,92 @@ def sample_logits(
   return tok, _log_softmax_at(logits, chosen, most)
 
 
-def _log_softmax_at(logits: Array, chosen: Array, most: Array) -> Array:
+def _log_softmax_at(
+    logits: Array, chosen: Array, most: Array, axes=None
+) -> Array:
   """log_softmax(logits)[tok] from the chosen logits ([B]) and the rows'
   max ([B, 1]): jax.nn.logsumexp's floats, step for step, without its own
   pass for the max when the sampler already has it (greedy's max, top-k's
   first value), and with no gather over the vocabulary for the chosen
   logit where top-k's values hold it. Each pass over a decode step's
-  [rows, 262,144] float32 logits is a read from HBM on TPU."""
+  [rows, 262,144] float32 logits is a read from HBM on TPU. With `axes`
+  (`sample_split`), `logits` is one shard of the vocabulary and the sum
+  is added up across them."""
   shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(most), most, 0.0))
   total = jnp.sum(jnp.exp(logits - shift), -1)
+  if axes is not None:
+    total = jax.lax.psum(total, axes)
   return chosen - (jnp.log(jnp.abs(total)) + shift[:, 0])
+
+
+def sample_split(
+    keys: Array,
+    logits: Array,
+    *,
+    axes: str | tuple[str, ...],
+    greedy: bool,
+    top_k: int,
+    use_top_p: bool,
+    temperature: Array,
+    top_p: Array,
+) -> tuple[Array, Array]:
+  """Each row's `sample_logits` of batch one, on its own key (`keys` [B]),
+  over a vocabulary split across the mesh axes `axes`: called inside
+  `jax.shard_map` (manual over them), `logits` [B, V / n] is this shard's
+  part, the shards in the order of `axes`. Each shard takes its own
+  candidates (its max, or its top k) and only those cross the mesh, so
+  no chip reads or receives another's logits; the log-softmax's sum is
+  added up across the shards. The same tokens as on the whole rows (the
+  candidates are exact, and ties go to the lower index, as
+  `jax.lax.top_k` and greedy's argmax give them), the log-probabilities
+  up to the order the shards' sums are added in. Needs greedy or
+  0 < top_k <= V / n."""
+  if not greedy and not 0 < top_k <= logits.shape[-1]:
+    raise ValueError(
+        f"sample_split draws greedy or from a top-k of at most a shard's"
+        f" {logits.shape[-1]} words, not top_k={top_k}: use sample_logits"
+        " on whole rows"
+    )
+  logits = logits.astype(jnp.float32)
+  v = logits.shape[-1]
+  offset = jax.lax.axis_index(axes) * v
+
+  def across(x):  # [B, m] a shard -> [B, n * m], in the shards' order
+    return jax.lax.all_gather(x, axes, axis=1, tiled=True)
+
+  if greedy:
+    iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+    most = jnp.max(logits, -1, keepdims=True)
+    first = jnp.min(jnp.where(logits == most, iota, v - 1), -1, keepdims=True)
+    tops, firsts = across(most), across(first + offset)
+    top = jnp.max(tops, -1, keepdims=True)
+    big = jnp.iinfo(jnp.int32).max
+    tok = jnp.min(jnp.where(tops == top, firsts, big), -1)
+    return tok, _log_softmax_at(logits, top[:, 0], top, axes)
+  vals, idx = exact_top_k(logits, top_k)
+  vals, idx = across(vals), across(idx + offset)
+  vals, pos = jax.lax.top_k(vals, top_k)
+  idx = jnp.take_along_axis(idx, pos, 1)
+
+  def one(key, vals, idx):  # a row's draw, as a batch of one
+    tok, chosen = _draw_top_k(
+        key, vals[None], idx[None], temperature, use_top_p, top_p
+    )
+    return tok[0], chosen[0]
+
+  tok, chosen = jax.vmap(one)(keys, vals, idx)
+  return tok, _log_softmax_at(logits, chosen, vals[:, :1], axes)
+
+
+def _draw_top_k(key, vals, idx, temperature, use_top_p, top_p):
+  """(token, its logit) drawn from the top-k values [B, k] (descending)
+  and their word ids: top-k's values are the logits' own floats."""
+  scaled = vals / temperature
+  if use_top_p:
+    scaled = jnp.where(_nucleus(scaled, top_p), scaled, -jnp.inf)
+  choice = _categorical(key, scaled)[:, None]
+  tok = jnp.take_along_axis(idx, choice, 1)[:, 0].astype(jnp.int32)
+  return tok, jnp.take_along_axis(vals, choice, 1)[:, 0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -887,6 +1009,9 @@ class Sampler:
       logits, cache = self.tokens_to_logits(
           params, last, pos, jnp.ones((b, 1), bool), cache, length + step - 1
       )
+      # The decoding head leaves them split over the vocabulary
+      # (`layers.decode_logits`); this draw takes whole rows.
+      logits = nn.with_logical_constraint(logits, ("batch", "vocab"))
       tok, logp = draw(jax.random.fold_in(rng, step), logits)
       tokens, logprobs, lengths, done, hit = record(
           (tokens, logprobs, lengths, done), step, tok, logp

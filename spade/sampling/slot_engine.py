@@ -405,23 +405,55 @@ class SlotEngine:
       return x
     return nn.with_logical_constraint(x, names)
 
+  def _vocab_split(self, vocab: int):
+    """(rows, vocabulary) mesh axes of the decoding head's logits
+    (`layers.decode_logits`) when the draw can take them where they lie
+    (`sampler.sample_split`: greedy or top-k, each shard holding at least
+    k words), else None."""
+    if self.mesh is None:
+      return None
+    spec = sharding.logical_sharding(
+        self.mesh, self.rules, "decode_batch", "decode_vocab"
+    ).spec
+    rows, axes = (tuple(spec) + (None, None))[:2]
+    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    n = int(np.prod([self.mesh.shape[a] for a in axes]))
+    k = 1 if self.temperature == 0 else self.top_k
+    if n <= 1 or vocab % n or not 0 < k <= vocab // n:
+      return None
+    return rows, axes
+
   def _draw(self, keys, logits):
-    """Per-row draws, each one of batch one: int32[R], float32[R]."""
+    """Per-row draws, each one of batch one: int32[R], float32[R]. Where the
+    logits are split over the vocabulary (`_vocab_split`), each chip draws
+    from its part and only the candidates cross the mesh."""
     greedy = self.temperature == 0
+    split = self._vocab_split(logits.shape[-1])
+    kwargs = dict(
+        greedy=greedy,
+        top_k=0 if greedy else self.top_k,
+        use_top_p=(not greedy) and self.top_p < 1.0,
+        temperature=jnp.float32(self.temperature if not greedy else 1.0),
+        top_p=jnp.float32(self.top_p),
+    )
 
     def one(key, row):
-      tok, logp = sampler_lib.sample_logits(
-          key,
-          row[None],
-          greedy=greedy,
-          top_k=0 if greedy else self.top_k,
-          use_top_p=(not greedy) and self.top_p < 1.0,
-          temperature=jnp.float32(self.temperature if not greedy else 1.0),
-          top_p=jnp.float32(self.top_p),
-      )
+      tok, logp = sampler_lib.sample_logits(key, row[None], **kwargs)
       return tok[0], logp[0]
 
-    return jax.vmap(one)(keys, logits)
+    if split is None:
+      logits = self._constrain(logits, "batch", "vocab")
+      return jax.vmap(one)(keys, logits)
+    rows, axes = split
+    spec = jax.sharding.PartitionSpec
+    local = jax.shard_map(
+        functools.partial(sampler_lib.sample_split, axes=axes, **kwargs),
+        mesh=self.mesh,
+        in_specs=(spec(rows), spec(rows, axes)),
+        out_specs=(spec(rows), spec(rows)),
+        check_vma=False,
+    )
+    return local(keys, logits)
 
   # ---------------------------------------------------------------- programs
 

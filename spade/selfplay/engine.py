@@ -33,6 +33,7 @@ import numpy as np
 from spade import console
 from spade.agent import prompts as agent_prompts
 from spade.environments import library
+from spade.model import architecture
 from spade.model import layout
 from spade.model import loading
 from spade.model import sharding
@@ -141,6 +142,7 @@ class Engine:
       params = layout.restack_releasing(
           params, self.config.model, self._decoding
       )
+      params = _placed_tables(params, self._decoding)
       self._state = dataclasses.replace(self._state, params=params)
       self._decoding = None
     return self._state
@@ -169,6 +171,11 @@ class Engine:
     del stacked
     self._state = dataclasses.replace(self._state, params=None)
     params = layout.unstack_releasing(params, self.config.model)
+    # The tables move to their decoding split (`layers.DECODE_PARAM_AXES`);
+    # each is held twice while it moves.
+    params = _placed_tables(
+        params, sharding.fitted_param_shardings(params, self.mesh, self.rules)
+    )
     self._state = dataclasses.replace(self._state, params=params)
     self._decoding = shardings
     return params
@@ -532,3 +539,17 @@ def _folder_rows(engine: Engine, folder: str) -> list[batching.Row]:
     completion = engine.tokenizer.encode(source) + [engine.tokenizer.eos_id]
     rows.append(batching.Row(prompt, completion, [], 1.0))
   return rows
+
+
+def _placed_tables(params: dict[str, Any], shardings) -> dict[str, Any]:
+  """`params` with the leaves outside the layers (the tables, the final
+  norm) placed as `shardings` (a like tree, or one with those same
+  top-level entries) says; the layers' leaves are kept as they are."""
+  return {
+      k: (
+          v
+          if k.startswith("layer_") or k in architecture.STACKS
+          else jax.tree.map(jax.device_put, v, shardings[k])
+      )
+      for k, v in params.items()
+  }

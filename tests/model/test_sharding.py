@@ -55,6 +55,35 @@ def test_rules_map_logical_axes_to_mesh_axes():
   )
 
 
+def test_decoding_tables_split_by_rows_where_the_vocabulary_divides():
+  """The decoding layout's tables take "decode_vocab" (fsdp x tensor), rows
+  whole; a vocabulary those axes do not divide keeps the train state's
+  split instead of going whole; rules without "decode_vocab" get it."""
+  mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
+  rules = config_lib.base_config().mesh.rules
+  from spade.model import layout  # pylint: disable=g-import-not-at-top
+
+  def tables(vocab, rules):
+    cfg = config_lib.base_config().model
+    cfg.num_layers, cfg.vocab_size = 2, vocab
+    params = T.init_params(cfg, jax.random.key(0))
+    stacked = sharding.fitted_param_shardings(params, mesh, rules)
+    decoding = sharding.fitted_param_shardings(
+        layout.to_per_layer_layout(params, cfg), mesh, rules
+    )
+    pick = lambda t: t["embedder"]["input_embedding"].spec
+    return pick(stacked), pick(decoding)
+
+  assert tables(512, rules) == (
+      P("tensor", "fsdp"),
+      P(("fsdp", "tensor"), None),
+  )
+  assert tables(259, rules) == (P(None, "fsdp"), P(None, "fsdp"))
+  older = [r for r in rules if r[0] != "decode_vocab"]
+  assert len(older) == len(rules) - 1
+  assert tables(512, older)[1] == P(("fsdp", "tensor"), None)
+
+
 @pytest.fixture(scope="module")
 def tiny():
   cfg = config_lib.base_config().model

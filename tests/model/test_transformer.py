@@ -393,6 +393,11 @@ def test_param_logical_axes_names_every_parameter(gemma):
       )
   )
   assert per_layer["layer_0"]["mlp"]["down"]["kernel"] == P("mlp", "embed")
+  # Its tables are split by their rows (`layers.DECODE_PARAM_AXES`).
+  assert per_layer["embedder"]["input_embedding"] == P("decode_vocab", None)
+  for head in per_layer["heads"].values():
+    assert head["unembedding"] == P("decode_vocab", None)
+  assert per_layer["final_norm"]["scale"] == P("embed")
   with pytest.raises(ValueError, match="PARAM_AXES"):
     T.param_logical_axes({"mystery": {"w": np.zeros(3)}})
 

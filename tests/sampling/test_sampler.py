@@ -161,6 +161,91 @@ def test_each_draw_s_log_prob_and_token_without_the_extra_passes(
   np.testing.assert_array_equal(np.asarray(tok), np.asarray(old))
 
 
+@pytest.mark.parametrize(
+    "rows,v,k",
+    [(8, 3000, 20), (8, 4096, 1), (16, 1000, 50), (8, 300, 20), (7, 3000, 20)],
+)
+def test_exact_top_k_is_lax_top_k_ties_included(rows, v, k):
+  # Values from a handful of levels tie everywhere, across blocks and at the
+  # k-th place; rows of -inf, of one value, and a row ending mid-block. Rows
+  # in eights take the maxima tile by tile; 7 rows by a window reduction.
+  rng = np.random.default_rng(v + k)
+  x = rng.integers(0, 6, size=(rows, v)).astype(np.float32)
+  x[1] = -np.inf
+  x[2] = 3.0
+  x[3, : v // 2] = -np.inf
+  x[4] = rng.normal(size=v)
+  x[5, -1] = 100.0  # the top in the padded last block
+  x[6, rng.integers(0, v, 3 * k)] = 7.0  # more than k tied at the top
+  want = jax.lax.top_k(jnp.asarray(x), k)
+  got = jax.jit(S.exact_top_k, static_argnums=1)(jnp.asarray(x), k)
+  np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+  np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+  assert got[1].dtype == jnp.int32
+
+
+@pytest.mark.parametrize(
+    "greedy,top_k,use_top_p",
+    [(True, 0, False), (False, 20, False), (False, 20, True)],
+)
+def test_a_draw_split_over_the_vocabulary_is_the_whole_row_s(
+    greedy, top_k, use_top_p
+):
+  # Each of 4 shards (fsdp x tensor) holds 1,024 of 4,096 words, rows over
+  # data: the same tokens as the whole rows give, ties across shards going
+  # to the lower index, and the same log-probabilities up to the sum's order.
+  mesh = sharding.make_mesh(
+      ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
+  )
+  rng = np.random.default_rng(2)
+  logits = rng.normal(size=(6, 4096)).astype(np.float32) * 2
+  logits[0, [3000, 5, 2100]] = 40.0  # the top tied in three shards
+  logits[1, :2048] = -np.inf  # two shards with nothing
+  logits[2, 1000:1040] = 9.0  # top-k's boundary tied across two shards
+  logits[3, :3072] = 0.0  # three shards of zeros
+  logits = jnp.asarray(logits)
+  keys = jax.random.split(jax.random.key(5), 6)
+  kw = dict(
+      greedy=greedy, top_k=top_k, use_top_p=use_top_p,
+      temperature=jnp.float32(0.8), top_p=jnp.float32(0.7),
+  )  # fmt: skip
+  axes = ("fsdp", "tensor")
+  P = jax.sharding.PartitionSpec
+
+  def one(k, row):
+    tok, logp = S.sample_logits(k, row[None], **kw)
+    return tok[0], logp[0]
+
+  split = jax.jit(
+      jax.shard_map(
+          functools.partial(S.sample_split, axes=axes, **kw),
+          mesh=mesh,
+          in_specs=(P("data"), P("data", axes)),
+          out_specs=(P("data"), P("data")),
+          check_vma=False,
+      )
+  )
+  tok, logp = split(keys, logits)
+  want_tok, want_logp = jax.jit(jax.vmap(one))(keys, logits)
+  np.testing.assert_array_equal(np.asarray(tok), np.asarray(want_tok))
+  np.testing.assert_allclose(
+      np.asarray(logp), np.asarray(want_logp), rtol=1e-6, atol=1e-6
+  )
+  if greedy:
+    assert int(tok[0]) == 5 and int(tok[1]) == int(np.argmax(logits[1]))
+  # The draws are not all in one shard: the test splits something.
+  assert len(set(np.asarray(tok) // 1024)) > 1
+
+
+def test_a_split_draw_refuses_a_top_k_past_its_shard():
+  with pytest.raises(ValueError, match="top_k=0"):
+    S.sample_split(
+        jax.random.split(jax.random.key(0), 1), jnp.zeros((1, 8)), axes="x",
+        greedy=False, top_k=0, use_top_p=False, temperature=jnp.float32(1.0),
+        top_p=jnp.float32(1.0),
+    )  # fmt: skip
+
+
 def test_top_k_one_and_tiny_top_p_are_greedy(setup):
   _, params, sampler, _ = setup
   greedy = _run(sampler, params, temperature=0.0)

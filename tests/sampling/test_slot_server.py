@@ -570,6 +570,38 @@ def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
   assert engine.traces["generate"] == len(engine.rows)
 
 
+@pytest.mark.slow
+def test_a_draw_split_over_the_vocabulary_samples_what_one_device_samples():
+  """A vocabulary the mesh's fsdp x tensor (4) divides: the prepared tables
+  are split by their rows, each chip draws its top-k candidates from the
+  logits its quarter of the head made (`sampler.sample_split`), and the
+  tokens are those one device samples."""
+  cfg = _cfg()
+  cfg.vocab_size = 512
+  params = T.init_params(cfg, jax.random.key(1))
+  mesh = sharding.make_mesh(
+      ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
+  )
+  rules = config_lib.base_config().mesh.rules
+  kw = dict(slots=4, prefill_rows=4, temperature=1.0, top_k=5)
+  engine = _engine(cfg, mesh=mesh, rules=rules, **kw)
+  assert engine._vocab_split(512) == ("data", ("fsdp", "tensor"))
+  server = E.SlotServer(engine, sharding.shard_params(params, mesh, rules))
+  table = server.params["embedder"]["input_embedding"]
+  assert tuple(table.sharding.spec) in (
+      (("fsdp", "tensor"),), (("fsdp", "tensor"), None)
+  )  # fmt: skip
+  results = server.run(_requests(seed=3))
+  kw.pop("prefill_rows")
+  ref = E.SlotServer(_engine(cfg, **kw), params).run(_requests(seed=3))
+  ref = {r.request.key: r for r in ref}
+  for res in results:
+    np.testing.assert_array_equal(res.tokens, ref[res.request.key].tokens)
+    np.testing.assert_allclose(
+        res.logprobs, ref[res.request.key].logprobs, atol=1e-5
+    )
+
+
 @pytest.mark.parametrize("early", [True, False])
 def test_generate_returns_as_soon_as_a_row_ends_when_asked(ring, early):
   """Two slots, three decode steps a call: the 2-token request ends after

@@ -156,6 +156,16 @@ def test_sampling_holds_one_sharded_copy_of_the_weights():
   assert layout.is_per_layer(decoding)
   assert all(ref() is None for ref in stacks)  # no stack outlives its slices
   _assert_large_split(decoding)
+  # The tables take the decoding layout's split (`fitted_param_shardings`:
+  # by rows where fsdp x tensor divides the vocabulary; 259 bytes do not, so
+  # the train state's split on embed, not whole on every chip).
+  placed = sharding.fitted_param_shardings(decoding, engine.mesh, engine.rules)
+  for top in ("embedder", "heads"):
+    got = jax.tree.map(lambda x: x.sharding, decoding[top])
+    assert got == placed[top]
+  assert decoding["embedder"]["input_embedding"].sharding.spec == (
+      jax.sharding.PartitionSpec(None, "fsdp")
+  )
   assert engine.decode_params() is decoding  # made once until state is read
   del decoding
   out = engine.sample(
