@@ -861,8 +861,11 @@ def compile_engine(
       cost = cost[0] if cost else {}
     chips = mesh.devices.size
     step = float((cost or {}).get("bytes accessed", 0.0))
-    # The least a step must read: the weights and its rows' caches, once.
-    floor = device_bytes(params) + cache_bytes * r / s
+    # The least a step must read: the weights and its rows' caches, once;
+    # of the input embedding only its tokens' rows (a few KiB), not the
+    # table (a gather reads what it takes: `hlo_bytes._sliced_bytes`).
+    lookup = device_bytes(params.get("embedder", {}))
+    floor = device_bytes(params) - lookup + cache_bytes * r / s
     # Per device a step reads its shards; the slice makes `r` tokens a step.
     program.rows = r
     program.bytes_per_token = step * chips / r
