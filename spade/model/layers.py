@@ -75,7 +75,7 @@ PARAM_AXES = {
 # samples from where they lie (`sampler.sample_split`); a table split on
 # "embed" gives float32 partial sums of every row's logits over the whole
 # vocabulary instead, reduce-scattered after (on fsdp=4, 9 MiB a generated
-# token of the Gemma 3 1B's 53 MiB minimum). The input lookup then takes
+# token of the Gemma 3 1B's 51 MiB minimum). The input lookup then takes
 # whole rows of a table laid out by rows. The train state keeps PARAM_AXES.
 DECODE_PARAM_AXES = {
     key: ("decode_vocab", None)
@@ -153,6 +153,22 @@ def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
   """Whether `x` ([batch, length, ...]) is a one-token step that moves its
   rows rather than the weights (`config.model.decode_sharding`)."""
   return cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
+
+
+def fit_sharding(leaf, sharding):
+  """`sharding` with the mesh axes dropped from each dimension of `leaf`
+  they do not divide evenly (that dimension whole)."""
+  spec = list(sharding.spec) + [None] * (np.ndim(leaf) - len(sharding.spec))
+  for dim, entry in enumerate(spec):
+    if entry is None:
+      continue
+    names = entry if isinstance(entry, tuple) else (entry,)
+    size = int(np.prod([sharding.mesh.shape[n] for n in names]))
+    if np.shape(leaf)[dim] % size:
+      spec[dim] = None
+  return jax.sharding.NamedSharding(
+      sharding.mesh, jax.sharding.PartitionSpec(*spec)
+  )
 
 
 def decode_logits(x: Array) -> Array:

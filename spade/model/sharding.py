@@ -30,7 +30,6 @@ import numpy as np
 from jax.experimental import mesh_utils
 
 from spade.model import layers
-from spade.model import layout
 from spade.model import transformer
 
 AXES = ("data", "fsdp", "tensor")
@@ -122,16 +121,6 @@ def param_shardings(params, mesh, rules: Rules) -> Any:
   return nn.logical_to_mesh_sharding(specs, mesh, _rules(rules))
 
 
-def _fit_table(leaf, decoding, training):
-  """A decoding-layout table's sharding: split over the vocabulary where
-  its axes divide it, else the train state's split (not whole on every
-  chip: the byte vocabulary's 259 rows over fsdp x tensor)."""
-  fitted = _fit(leaf, decoding)
-  if fitted.spec and fitted.spec[0] is None:
-    return _fit(leaf, training)
-  return fitted
-
-
 def shard_params(params, mesh, rules: Rules) -> Any:
   """Places a (plain or boxed) parameter tree on the mesh; returns it plain.
 
@@ -144,45 +133,16 @@ def shard_params(params, mesh, rules: Rules) -> Any:
   return jax.device_put(params, shardings)
 
 
-def _fit(leaf, sharding):
-  """Drops mesh axes from dimensions they do not divide evenly."""
-  spec = list(sharding.spec) + [None] * (np.ndim(leaf) - len(sharding.spec))
-  for dim, entry in enumerate(spec):
-    if entry is None:
-      continue
-    names = entry if isinstance(entry, tuple) else (entry,)
-    size = math.prod(sharding.mesh.shape[n] for n in names)
-    if np.shape(leaf)[dim] % size:
-      spec[dim] = None
-  return jax.sharding.NamedSharding(
-      sharding.mesh, jax.sharding.PartitionSpec(*spec)
-  )
+_fit = layers.fit_sharding
 
 
 def fitted_param_shardings(params, mesh, rules: Rules) -> Any:
-  """`param_shardings` with the same divisibility fallback as `shard_params`.
+  """`param_shardings` with the same divisibility fallback as `shard_params`
+  (and the decoding layout's tables', `transformer.fitted_shardings`).
 
   Use as jit in/out shardings for trees placed by `shard_params`.
   """
-  params = nn.unbox(params)
-  fitted = jax.tree.map(_fit, params, param_shardings(params, mesh, rules))
-  if not layout.is_per_layer(params):
-    return fitted
-  training = nn.logical_to_mesh_sharding(
-      transformer.param_logical_axes(params, decoding=False),
-      mesh,
-      _rules(rules),
-  )
-
-  def table(path, leaf, fit, train):
-    names = tuple(str(getattr(p, "key", p)) for p in path)
-    if names[0].startswith("layer_"):
-      return fit
-    if names[-2:] not in layers.DECODE_PARAM_AXES:
-      return fit
-    return _fit_table(leaf, fit, train)
-
-  return jax.tree_util.tree_map_with_path(table, params, fitted, training)
+  return transformer.fitted_shardings(nn.unbox(params), mesh, _rules(rules))
 
 
 def fitted_logical_shardings(tree, logical_axes, mesh, rules: Rules) -> Any:

@@ -555,6 +555,37 @@ def param_logical_axes(params: Params, decoding: bool | None = None) -> Any:
   return jax.tree_util.tree_map_with_path(axes, nn.unbox(params))
 
 
+def fitted_shardings(params: Params, mesh, rules) -> Any:
+  """NamedShardings of a plain tree by `param_logical_axes` and `rules`
+  (`sharding.fitted_param_shardings` normalises them), each dimension its
+  mesh axes do not divide left whole (`layers.fit_sharding`). In the
+  decoding layout a table whose vocabulary the "decode_vocab" axes do not
+  divide keeps the train state's split, not whole on every chip (the byte
+  vocabulary's 259 rows over fsdp x tensor)."""
+  fitted = jax.tree.map(
+      layers.fit_sharding,
+      params,
+      nn.logical_to_mesh_sharding(param_logical_axes(params), mesh, rules),
+  )
+  if not layout.is_per_layer(params):
+    return fitted
+  training = nn.logical_to_mesh_sharding(
+      param_logical_axes(params, decoding=False), mesh, rules
+  )
+
+  def table(path, leaf, fit, train):
+    names = tuple(str(getattr(p, "key", p)) for p in path)
+    if names[0].startswith("layer_") or (
+        names[-2:] not in layers.DECODE_PARAM_AXES
+    ):
+      return fit
+    if fit.spec and fit.spec[0] is None:
+      return layers.fit_sharding(leaf, train)
+    return fit
+
+  return jax.tree_util.tree_map_with_path(table, params, fitted, training)
+
+
 # The leaves every use of which casts them to `config.model.dtype` first
 # (`layers.Linear`, the embedding's gather, `_head_logits`): stored in that
 # type in the decoding layout, they give the same values.
@@ -639,9 +670,7 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
     mesh, rules = jax.sharding.get_abstract_mesh(), nn.get_logical_axis_rules()
     if mesh.empty or not rules:
       return params
-    from spade.model import sharding  # pylint: disable=g-import-not-at-top
-
-    where = sharding.fitted_param_shardings(params, mesh, rules)
+    where = fitted_shardings(params, mesh, rules)
     return {
         k: (
             v
