@@ -665,8 +665,8 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
   def decoding(params):
     params = decode_dtypes(layout.to_per_layer_layout(params, cfg), cfg)
     # Under a mesh's rules (the slot engine's `prepare`), the tables move
-    # to their decoding split (`sharding.fitted_param_shardings`); the
-    # layers' weights stay where they are.
+    # to their decoding split (`fitted_shardings`); the layers' weights
+    # stay where they are.
     mesh, rules = jax.sharding.get_abstract_mesh(), nn.get_logical_axis_rules()
     if mesh.empty or not rules:
       return params

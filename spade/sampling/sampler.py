@@ -288,15 +288,15 @@ def exact_top_k(x: Array, k: int, block: int = 128) -> tuple[Array, Array]:
     x = jnp.pad(
         x, [(0, 0)] * len(lead) + [(0, n * block - v)], constant_values=low
     )
-  # A window reduction and slices, not a reshape into blocks: on TPU that
-  # reshape crosses the (8, 128) tiles of the rows and copies them.
-  window = (1,) * len(lead) + (block,)
+  # A plain reshape into [rows, blocks, 128] crosses TPU's (8, 128) tiles
+  # of the rows and copies them.
   r = int(np.prod(lead))
   if r % 8 == 0:
     # Rows in eights and words in blocks: the order of TPU's (8, 128) tiles.
     tiles = x.reshape(r // 8, 8, n, block).transpose(0, 2, 1, 3)
     maxima = jnp.max(tiles, -1).transpose(0, 2, 1).reshape(*lead, n)
   else:
+    window = (1,) * len(lead) + (block,)
     maxima = jax.lax.reduce_window(x, low, jax.lax.max, window, window, "VALID")
   _, chosen = jax.lax.top_k(maxima, k)
   rows = x.reshape(-1, n * block)
