@@ -131,6 +131,8 @@ def base_config() -> ConfigDict:
       # The decoding layout's tables, by rows (`layers.DECODE_PARAM_AXES`),
       # and a decode step's logits: split over the vocabulary.
       ("decode_vocab", ("fsdp", "tensor")),
+      # And the MLP's hidden width in that layout.
+      ("decode_mlp", ("fsdp", "tensor")),
       ("vocab", "tensor"),
       ("embed", "fsdp"),
       ("heads", "tensor"),

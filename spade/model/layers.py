@@ -82,6 +82,19 @@ DECODE_PARAM_AXES = {
     for key, axes in PARAM_AXES.items()
     if axes == ("vocab", "embed")
 }
+# And the MLP's kernels split over its hidden width on the same axes
+# ("decode_mlp"), Megatron's way: a step's rows, gathered whole, meet each
+# chip's columns of gate and up, the hidden stays where they made it, and
+# only down's output is summed across the mesh (float32 partial sums of
+# [rows, embed], reduce-scattered to the rows). Split on "embed" (the
+# train split) gate and up each gave float32 partial sums of [rows, mlp]
+# instead, and the hidden went whole to every chip for down: on the Gemma 3
+# 1B's every-slot step, 16 MiB a generated token of a 51 MiB minimum.
+DECODE_PARAM_AXES.update({
+    ("gate", "kernel"): (None, "decode_mlp"),
+    ("up", "kernel"): (None, "decode_mlp"),
+    ("down", "kernel"): ("decode_mlp", None),
+})
 
 # How many leading axes of each projection's kernel it contracts (its input
 # dimensions; the rest are its features).
@@ -105,6 +118,9 @@ TRANSPOSED = "kernel_t"
 for _module, _c in CONTRACTED.items():
   _axes = PARAM_AXES[(_module, "kernel")]
   PARAM_AXES[(_module, TRANSPOSED)] = _axes[_c:] + _axes[:_c]
+  if (_module, "kernel") in DECODE_PARAM_AXES:
+    _axes = DECODE_PARAM_AXES[(_module, "kernel")]
+    DECODE_PARAM_AXES[(_module, TRANSPOSED)] = _axes[_c:] + _axes[:_c]
 del _module, _c, _axes
 
 
@@ -171,6 +187,28 @@ def fit_sharding(leaf, sharding):
   )
 
 
+def decode_fits(key: tuple[str, str], shape, mesh=None, rules=None) -> bool:
+  """Whether the mesh axes `rules` give `DECODE_PARAM_AXES[key]` divide
+  each dimension of `shape` they split (by default the mesh and rules the
+  trace runs under; no mesh: True, every constraint being a no-op). Where
+  they do not, the parameter keeps the train state's split in the decoding
+  layout (`transformer.fitted_shardings`), and `Linear` reads it so."""
+  if mesh is None:
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+      return True
+  if rules is None:
+    rules = nn.get_logical_axis_rules()
+  spec = nn.logical_to_mesh_axes(DECODE_PARAM_AXES[key], rules)
+  for size, entry in zip(shape, spec):
+    if entry is None:
+      continue
+    names = entry if isinstance(entry, tuple) else (entry,)
+    if size % int(np.prod([mesh.shape[n] for n in names])):
+      return False
+  return True
+
+
 def decode_logits(x: Array) -> Array:
   """A decode step's logits [B, ..., V] where the decoding layout's table
   (`DECODE_PARAM_AXES`) gives them: rows over "decode_batch", the
@@ -195,6 +233,10 @@ def rows_back(y: Array, features: tuple[str, ...]) -> Array:
   fsdp axis in the default rules), the output is first pinned to that
   split, so its rows move (an all-to-all) rather than the weight."""
   rest = (None,) * (y.ndim - len(features) - 1)
+  if any(f and f.startswith("decode_") for f in features):
+    # Split on a decoding layout's axis (the MLP's hidden): the output
+    # stays where it was made, for the next matmul to contract.
+    return constrain(y, "decode_batch", *rest, *features)
   if "embed" in features:
     y = constrain(y, "decode_batch", *rest, *features)
   return constrain(y, "batch", *rest, *features)
@@ -292,6 +334,15 @@ class Linear(nn.Module):
     dtype = jnp.dtype(self.cfg.dtype)
     move_rows = stationary(self.cfg, x)
     axes = PARAM_AXES[(self.name, "kernel")]  # [*in, *features] either way
+    if (
+        move_rows
+        and not self.cfg.scan_decode
+        and (self.name, name) in DECODE_PARAM_AXES
+        and decode_fits((self.name, name), shape)
+    ):
+      # The decoding layout's split (`DECODE_PARAM_AXES`), which the
+      # per-layer tree a one-token step runs on holds.
+      axes = DECODE_PARAM_AXES[(self.name, "kernel")]
     if move_rows:
       x = rows_to_weights(x, axes[:c])
     # Float32 accumulation whatever the activations' type; one rounding to
@@ -536,7 +587,9 @@ class MLP(nn.Module):
           " 'silu'"
       )
     hidden = (act * up.astype(jnp.float32)).astype(gate.dtype)
-    hidden = constrain(hidden, "batch", "length", "mlp")
+    if not stationary(cfg, x):
+      # (A one-token step leaves it where gate and up made it: `Linear`.)
+      hidden = constrain(hidden, "batch", "length", "mlp")
     y = _proj("down", cfg.embed_dim, 1, cfg)(hidden)
     return checkpoint_name(y, "mlpwo")
 

@@ -85,9 +85,12 @@ def make_mesh(mesh_config, devices: Sequence[Any] | None = None):
 
 # Logical axes every rule table needs, with the split they take where a
 # table (an older config's) leaves them out: a name the rules lack is
-# unsharded, and the decoding layout's tables would then be whole on every
-# chip.
-_IMPLIED = (("decode_vocab", ("fsdp", "tensor")),)
+# unsharded, and the decoding layout's tables and MLP kernels would then be
+# whole on every chip.
+_IMPLIED = (
+    ("decode_vocab", ("fsdp", "tensor")),
+    ("decode_mlp", ("fsdp", "tensor")),
+)
 
 
 def _rules(rules: Rules) -> tuple[tuple[str, Any], ...]:
@@ -128,9 +131,7 @@ def shard_params(params, mesh, rules: Rules) -> Any:
   (e.g. the byte vocabulary 259 over tensor=2), so any model fits any mesh.
   """
   params = nn.unbox(params)
-  shardings = param_shardings(params, mesh, rules)
-  shardings = jax.tree.map(_fit, params, shardings)
-  return jax.device_put(params, shardings)
+  return jax.device_put(params, fitted_param_shardings(params, mesh, rules))
 
 
 _fit = layers.fit_sharding

@@ -527,7 +527,7 @@ def param_logical_axes(params: Params, decoding: bool | None = None) -> Any:
   same way as a scratch init. Leaves of the scanned stacks
   (`architecture.STACKS`) lead with the "layers" axis. In the decoding
   layout (`decoding`; by default, whether the tree is in it) the tables
-  take `layers.DECODE_PARAM_AXES`.
+  and the MLP's kernels take `layers.DECODE_PARAM_AXES`.
   """
   if decoding is None:
     decoding = layout.is_per_layer(params)
@@ -541,7 +541,7 @@ def param_logical_axes(params: Params, decoding: bool | None = None) -> Any:
           f"{key} to spade.model.layers.PARAM_AXES"
       )
     spec = layers.PARAM_AXES[key]
-    if decoding and not names[0].startswith("layer_"):
+    if decoding:
       spec = layers.DECODE_PARAM_AXES.get(key, spec)
     if names[0] in architecture.STACKS:
       spec = ("layers",) + spec
@@ -559,9 +559,9 @@ def fitted_shardings(params: Params, mesh, rules) -> Any:
   """NamedShardings of a plain tree by `param_logical_axes` and `rules`
   (`sharding.fitted_param_shardings` normalises them), each dimension its
   mesh axes do not divide left whole (`layers.fit_sharding`). In the
-  decoding layout a table whose vocabulary the "decode_vocab" axes do not
-  divide keeps the train state's split, not whole on every chip (the byte
-  vocabulary's 259 rows over fsdp x tensor)."""
+  decoding layout a leaf whose decoding split the mesh does not divide
+  (`layers.decode_fits`: the byte vocabulary's 259 rows over fsdp x
+  tensor) keeps the train state's split, not whole on every chip."""
   fitted = jax.tree.map(
       layers.fit_sharding,
       params,
@@ -573,17 +573,15 @@ def fitted_shardings(params: Params, mesh, rules) -> Any:
       param_logical_axes(params, decoding=False), mesh, rules
   )
 
-  def table(path, leaf, fit, train):
-    names = tuple(str(getattr(p, "key", p)) for p in path)
-    if names[0].startswith("layer_") or (
-        names[-2:] not in layers.DECODE_PARAM_AXES
+  def pick(path, leaf, fit, train):
+    key = tuple(str(getattr(p, "key", p)) for p in path)[-2:]
+    if key not in layers.DECODE_PARAM_AXES or layers.decode_fits(
+        key, np.shape(leaf), mesh, rules
     ):
       return fit
-    if fit.spec and fit.spec[0] is None:
-      return layers.fit_sharding(leaf, train)
-    return fit
+    return layers.fit_sharding(leaf, train)
 
-  return jax.tree_util.tree_map_with_path(table, params, fitted, training)
+  return jax.tree_util.tree_map_with_path(pick, params, fitted, training)
 
 
 # The leaves every use of which casts them to `config.model.dtype` first
@@ -664,21 +662,13 @@ def sampling_fns(model_config, role: Role) -> SamplingFns:
 
   def decoding(params):
     params = decode_dtypes(layout.to_per_layer_layout(params, cfg), cfg)
-    # Under a mesh's rules (the slot engine's `prepare`), the tables move
-    # to their decoding split (`fitted_shardings`); the layers' weights
-    # stay where they are.
+    # Under a mesh's rules (the slot engine's `prepare`), the tables and
+    # the MLP's kernels move to their decoding split (`fitted_shardings`).
     mesh, rules = jax.sharding.get_abstract_mesh(), nn.get_logical_axis_rules()
     if mesh.empty or not rules:
       return params
     where = fitted_shardings(params, mesh, rules)
-    return {
-        k: (
-            v
-            if k.startswith("layer_")
-            else jax.tree.map(jax.lax.with_sharding_constraint, v, where[k])
-        )
-        for k, v in params.items()
-    }
+    return jax.tree.map(jax.lax.with_sharding_constraint, params, where)
 
   unstack = jax.jit(decoding)
 

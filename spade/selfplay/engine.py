@@ -142,7 +142,7 @@ class Engine:
       params = layout.restack_releasing(
           params, self.config.model, self._decoding
       )
-      params = _placed_tables(params, self._decoding)
+      _place_releasing(params, self._decoding)
       self._state = dataclasses.replace(self._state, params=params)
       self._decoding = None
     return self._state
@@ -171,9 +171,9 @@ class Engine:
     del stacked
     self._state = dataclasses.replace(self._state, params=None)
     params = layout.unstack_releasing(params, self.config.model)
-    # The tables move to their decoding split (`layers.DECODE_PARAM_AXES`);
-    # each is held twice while it moves.
-    params = _placed_tables(
+    # The tables and the MLP's kernels move to their decoding split
+    # (`layers.DECODE_PARAM_AXES`), one leaf held twice at a time.
+    _place_releasing(
         params, sharding.fitted_param_shardings(params, self.mesh, self.rules)
     )
     self._state = dataclasses.replace(self._state, params=params)
@@ -541,15 +541,14 @@ def _folder_rows(engine: Engine, folder: str) -> list[batching.Row]:
   return rows
 
 
-def _placed_tables(params: dict[str, Any], shardings) -> dict[str, Any]:
-  """`params` with the leaves outside the layers (the tables, the final
-  norm) placed as `shardings` (a like tree, or one with those same
-  top-level entries) says; the layers' leaves are kept as they are."""
-  return {
-      k: (
-          v
-          if k.startswith("layer_") or k in architecture.STACKS
-          else jax.tree.map(jax.device_put, v, shardings[k])
-      )
-      for k, v in params.items()
-  }
+def _place_releasing(params: dict[str, Any], shardings) -> None:
+  """Places each leaf of `params` (dicts it owns: `layout.owned`) as the
+  like tree `shardings` says, in place, one leaf at a time: a leaf that
+  moves is held twice only until its new copy is ready, not the whole tree
+  (the MLP's kernels are most of the weights)."""
+  for k, v in params.items():
+    if isinstance(v, dict):
+      _place_releasing(v, shardings[k])
+    elif not v.sharding.is_equivalent_to(shardings[k], v.ndim):
+      params[k] = jax.device_put(v, shardings[k]).block_until_ready()
+      del v

@@ -1,5 +1,7 @@
 """Mesh construction, logical-axis shardings and a sharded forward pass."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -7,6 +9,8 @@ import numpy as np
 import pytest
 
 from spade import config as config_lib
+from spade.model import architecture
+from spade.model import layout
 from spade.model import sharding
 from spade.model import transformer as T
 
@@ -61,8 +65,6 @@ def test_decoding_tables_split_by_rows_where_the_vocabulary_divides():
   split instead of going whole; rules without "decode_vocab" get it."""
   mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
   rules = config_lib.base_config().mesh.rules
-  from spade.model import layout  # pylint: disable=g-import-not-at-top
-
   def tables(vocab, rules):
     cfg = config_lib.base_config().model
     cfg.num_layers, cfg.vocab_size = 2, vocab
@@ -148,3 +150,80 @@ def test_init_sharded_params_equals_single_device_init(tiny):
   assert down.sharding.spec == P(None, "tensor", "fsdp")
   for a, b in zip(jax.tree.leaves(placed), jax.tree.leaves(params)):
     np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_decoding_mlp_kernels_split_over_the_hidden_width():
+  """The decoding layout's MLP kernels take "decode_mlp" (fsdp x tensor) on
+  their hidden width, in either kernel layout; a width those axes do not
+  divide keeps the train split; rules without "decode_mlp" get it."""
+  mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
+  rules = config_lib.base_config().mesh.rules
+  def kernels(mlp_dim, rules, kernel_layout="in_out"):
+    cfg = config_lib.base_config().model
+    cfg.num_layers, cfg.mlp_dim, cfg.kernel_layout = 2, mlp_dim, kernel_layout
+    params = layout.to_per_layer_layout(
+        T.init_params(cfg, jax.random.key(0)), cfg
+    )
+    mlp = sharding.fitted_param_shardings(params, mesh, rules)["layer_1"]["mlp"]
+    return {k: next(iter(v.values())).spec for k, v in mlp.items()}
+
+  both = ("fsdp", "tensor")
+  assert kernels(96, rules) == {
+      "gate": P(None, both),
+      "up": P(None, both),
+      "down": P(both, None),
+  }
+  assert kernels(96, rules, "out_in") == {
+      "gate": P(both, None),
+      "up": P(both, None),
+      "down": P(None, both),
+  }
+  # 6 over fsdp x tensor = 4 does not divide: the train split, not whole.
+  assert kernels(6, rules) == {
+      "gate": P("fsdp", "tensor"),
+      "up": P("fsdp", "tensor"),
+      "down": P("tensor", "fsdp"),
+  }
+  older = [r for r in rules if r[0] != "decode_mlp"]
+  assert len(older) == len(rules) - 1
+  assert kernels(96, older)["up"] == P(None, both)
+
+
+def _summed_shapes(hlo: str) -> set[str]:
+  """The result shapes of a compiled program's cross-chip sums."""
+  ops = re.findall(r"= (\S+) (?:all-reduce|reduce-scatter)(?:-start)?\(", hlo)
+  return set(ops)
+
+
+def test_one_token_step_sums_down_only_not_the_mlp_hidden():
+  """A one-token step on the decoding layout (2x2x2 mesh, rows moving to the
+  weights): the MLP's hidden stays split where gate and up made it, so no
+  cross-chip sum has its width (96), only down's [rows, embed]; and the
+  logits equal one device's."""
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.mlp_dim = 2, 96
+  params = T.init_params(cfg, jax.random.key(0))
+  per_layer = layout.to_per_layer_layout(params, cfg)
+  model = T.Transformer(
+      architecture.ModelConfig.from_config(cfg), per_layer=True
+  )
+  tokens = jax.random.randint(jax.random.key(1), (8, 1), 0, 259)
+  positions = jnp.full(tokens.shape, 3)
+
+  def forward(params, tokens, positions):
+    return model.apply({"params": params}, tokens, positions, T.Role.AGENT)[0]
+
+  single = jax.jit(forward)(per_layer, tokens, positions)
+  mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
+  rules = config_lib.base_config().mesh.rules
+  where = sharding.fitted_param_shardings(per_layer, mesh, rules)
+  placed = jax.device_put(per_layer, where)
+  batch = sharding.batch_sharding(mesh, rules, 2)
+  with sharding.use_rules(mesh, rules):
+    step = jax.jit(forward, in_shardings=(where, batch, batch))
+    hlo = step.lower(placed, tokens, positions).compile().as_text()
+    sharded = step(placed, tokens, positions)
+  np.testing.assert_allclose(sharded, single, atol=1e-5)
+  summed = _summed_shapes(hlo)
+  assert any(",64]" in s for s in summed), summed  # down's partial sums
+  assert not any("96" in s for s in summed), summed
