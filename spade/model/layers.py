@@ -90,11 +90,13 @@ DECODE_PARAM_AXES = {
 # train split) gate and up each gave float32 partial sums of [rows, mlp]
 # instead, and the hidden went whole to every chip for down: on the Gemma 3
 # 1B's every-slot step, 16 MiB a generated token of a 51 MiB minimum.
-DECODE_PARAM_AXES.update({
-    ("gate", "kernel"): (None, "decode_mlp"),
-    ("up", "kernel"): (None, "decode_mlp"),
-    ("down", "kernel"): ("decode_mlp", None),
-})
+DECODE_PARAM_AXES.update(
+    {
+        ("gate", "kernel"): (None, "decode_mlp"),
+        ("up", "kernel"): (None, "decode_mlp"),
+        ("down", "kernel"): ("decode_mlp", None),
+    }
+)
 
 # How many leading axes of each projection's kernel it contracts (its input
 # dimensions; the rest are its features).

@@ -65,6 +65,7 @@ def test_decoding_tables_split_by_rows_where_the_vocabulary_divides():
   split instead of going whole; rules without "decode_vocab" get it."""
   mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
   rules = config_lib.base_config().mesh.rules
+
   def tables(vocab, rules):
     cfg = config_lib.base_config().model
     cfg.num_layers, cfg.vocab_size = 2, vocab
@@ -158,6 +159,7 @@ def test_decoding_mlp_kernels_split_over_the_hidden_width():
   divide keeps the train split; rules without "decode_mlp" get it."""
   mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
   rules = config_lib.base_config().mesh.rules
+
   def kernels(mlp_dim, rules, kernel_layout="in_out"):
     cfg = config_lib.base_config().model
     cfg.num_layers, cfg.mlp_dim, cfg.kernel_layout = 2, mlp_dim, kernel_layout
