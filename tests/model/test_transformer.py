@@ -387,13 +387,20 @@ def test_param_logical_axes_names_every_parameter(gemma):
   )
   assert block["mlp"]["down"]["kernel"] == P("layers", "mlp", "embed")
   # The per-layer layout of the loaders has no layer axis.
-  per_layer = T.param_logical_axes(
-      layout.to_per_layer_layout(
-          params, architecture.ModelConfig.from_config(_tiny())
-      )
+  unstacked = layout.to_per_layer_layout(
+      params, architecture.ModelConfig.from_config(_tiny())
   )
-  assert per_layer["layer_0"]["mlp"]["down"]["kernel"] == P("mlp", "embed")
-  # Its tables are split by their rows (`layers.DECODE_PARAM_AXES`).
+  per_layer = T.param_logical_axes(unstacked)
+  # Its MLP kernels are split over the hidden width alone, and its tables
+  # by their rows (`layers.DECODE_PARAM_AXES`); the rest as in training.
+  assert per_layer["layer_0"]["mlp"]["down"]["kernel"] == P("decode_mlp", None)
+  assert per_layer["layer_0"]["mlp"]["up"]["kernel"] == P(None, "decode_mlp")
+  assert per_layer["layer_0"]["attn"]["o_proj"]["kernel"] == P(
+      "heads", "head_dim", "embed"
+  )
+  assert T.param_logical_axes(unstacked, decoding=False)["layer_0"]["mlp"][
+      "down"
+  ]["kernel"] == P("mlp", "embed")
   assert per_layer["embedder"]["input_embedding"] == P("decode_vocab", None)
   for head in per_layer["heads"].values():
     assert head["unembedding"] == P("decode_vocab", None)
