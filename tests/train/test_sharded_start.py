@@ -156,16 +156,22 @@ def test_sampling_holds_one_sharded_copy_of_the_weights():
   assert layout.is_per_layer(decoding)
   assert all(ref() is None for ref in stacks)  # no stack outlives its slices
   _assert_large_split(decoding)
-  # The tables take the decoding layout's split (`fitted_param_shardings`:
-  # by rows where fsdp x tensor divides the vocabulary; 259 bytes do not, so
-  # the train state's split on embed, not whole on every chip).
+  # Every leaf takes the decoding layout's split (`fitted_param_shardings`):
+  # the tables by rows where fsdp x tensor divides the vocabulary (259 bytes
+  # do not, so the train state's split on embed, not whole on every chip).
+  # The MLP's kernels split over their hidden width (128 over fsdp x
+  # tensor = 8), the other layer weights as their stacks were.
   placed = sharding.fitted_param_shardings(decoding, engine.mesh, engine.rules)
-  for top in ("embedder", "heads"):
-    got = jax.tree.map(lambda x: x.sharding, decoding[top])
-    assert got == placed[top]
+  for got, where in zip(jax.tree.leaves(decoding), jax.tree.leaves(placed)):
+    assert got.sharding.is_equivalent_to(where, got.ndim), (got.sharding, where)
   assert decoding["embedder"]["input_embedding"].sharding.spec == (
       jax.sharding.PartitionSpec(None, "fsdp")
   )
+  up = decoding["layer_0"]["mlp"]["up"]["kernel"]
+  assert up.sharding.spec == jax.sharding.PartitionSpec(
+      None, ("fsdp", "tensor")
+  )
+  assert up.addressable_shards[0].data.shape == (64, 16)
   assert engine.decode_params() is decoding  # made once until state is read
   del decoding
   out = engine.sample(
