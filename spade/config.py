@@ -98,6 +98,11 @@ def base_config() -> ConfigDict:
   # scores instead of [L, L]; same results. 0: one block (the reference's);
   # a length that is not a multiple of the chunk also runs as one block.
   c.model.attention_chunk = 0
+  # The KV cache's keys and values: "" in `dtype`; "int8" with one float32
+  # scale per row, KV head and position (half a bfloat16 cache's bytes and
+  # a decode step reads mostly cache: docs/scale.md). Off by default: it
+  # changes the attention's values by the rounding (benchmarks/README.md).
+  c.model.kv_cache_dtype = ""
   # False: one output layer, heads/shared/unembedding, for both roles (the
   # reference's one model); True: one per role, heads/designer/unembedding
   # and heads/agent/unembedding (ours).

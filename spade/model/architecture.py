@@ -63,6 +63,11 @@ DECODE_SHARDINGS = ("stationary", "fsdp")
 # matmul of a few rows (`spade.model.layers.TRANSPOSED`).
 KERNEL_LAYOUTS = ("in_out", "out_in")
 
+# `config.model.kv_cache_dtype`: "" keeps keys and values in
+# `config.model.dtype`; "int8" stores them as int8 with one float32 scale
+# per (row, KV head, position) (`spade.model.kv_cache.quantize`).
+KV_CACHE_DTYPES = ("", "int8")
+
 # The two stacks of scanned layers (see the module docstring).
 STACKS = ("layers", "tail")
 
@@ -100,6 +105,7 @@ class ModelConfig:
   kernel_layout: str = "in_out"
   attention_chunk: int = 0
   separate_heads: bool = False
+  kv_cache_dtype: str = ""
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":
@@ -136,6 +142,11 @@ class ModelConfig:
       raise ValueError(
           f"config.model.kernel_layout={values['kernel_layout']!r} is not one"
           f" of {KERNEL_LAYOUTS}"
+      )
+    if values.get("kv_cache_dtype", "") not in KV_CACHE_DTYPES:
+      raise ValueError(
+          f"config.model.kv_cache_dtype={values['kv_cache_dtype']!r} is not"
+          f" one of {KV_CACHE_DTYPES}"
       )
     return cls(**values)
 

@@ -6,7 +6,8 @@ empty), with the leading layer axis; or, for the decoding layout, one entry
 per layer. A global layer's cache holds the whole sequence; a sliding-window
 layer's cache is a ring buffer of `min(window, length)` slots, slot = time %
 size. `write` puts a step's keys and values in place; `layer_view` reads one
-layer of a stacked cache.
+layer of a stacked cache. With `config.model.kv_cache_dtype="int8"` the keys
+and values are int8 beside their scales ("k_scale", "v_scale": `quantize`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,31 @@ CACHE_AXES = {
     "k": ("layers", "batch", "length", "head_dim"),
     "v": ("layers", "batch", "length", "head_dim"),
     "pos": ("layers", "batch", "length"),
+    # int8 caches: [layers, batch * kv_heads, slots], float32.
+    "k_scale": ("layers", "batch", "length"),
+    "v_scale": ("layers", "batch", "length"),
 }
+
+
+def quantize(x: Array) -> tuple[Array, Array]:
+  """x [..., head_dim] as int8 and a float32 scale per vector [...]:
+  x ~ q * scale, symmetric, scale = max |x| / 127 (round to nearest, so
+  each entry is off by at most scale / 2). A vector of zeros has scale 0."""
+  x32 = x.astype(jnp.float32)
+  scale = jnp.max(jnp.abs(x32), axis=-1) / 127.0
+  safe = jnp.where(scale > 0, scale, 1.0)
+  q = jnp.clip(jnp.round(x32 / safe[..., None]), -127, 127)
+  return q.astype(jnp.int8), scale
+
+
+def _entries(cache: dict[str, Array], k, v, pos) -> dict[str, Array]:
+  """What a write puts in `cache`'s leaves: the keys and values as they
+  are, or, in an int8 cache (one with scales), quantized."""
+  if "k_scale" not in cache:
+    return {"k": k, "v": v, "pos": pos}
+  k, k_scale = quantize(k)
+  v, v_scale = quantize(v)
+  return {"k": k, "v": v, "pos": pos, "k_scale": k_scale, "v_scale": v_scale}
 
 
 def _constrain(x: Array, *axes: str | None) -> Array:
@@ -50,7 +75,9 @@ def init_cache(
   """An empty KV cache for `batch` rows and `length` steps (prompt + new).
 
   Returns {stack: {"block_j": {"k", "v": [n, B * kv_heads, S_j, head_dim] in
-  `config.model.dtype`, "pos": int32[n, B, S_j] = -1}}}, stacked like the
+  `config.model.dtype` (int8 with `kv_cache_dtype="int8"`, beside "k_scale",
+  "v_scale": float32[n, B * kv_heads, S_j]), "pos": int32[n, B, S_j] =
+  -1}}}, stacked like the
   parameters (n groups in the stack), with S_j = length for global layers and
   min(window, length) for sliding ones; with `per_layer`, {"layer_i": {"k",
   "v": [B * kv_heads, S_i, head_dim], "pos": int32[B, S_i]}} for
@@ -58,43 +85,44 @@ def init_cache(
   under a mesh the entries are constrained to `CACHE_AXES` (batch-sharded).
   """
   cfg = architecture.ModelConfig.from_config(model_config)
-  dtype = jnp.dtype(cfg.dtype)
   sizes = cache_sizes(cfg, length)
-  if per_layer:
-    shapes = {
-        "k": (batch * cfg.num_kv_heads, None, cfg.head_dim),
-        "v": (batch * cfg.num_kv_heads, None, cfg.head_dim),
-        "pos": (batch, None),
-    }
+  rows = batch * cfg.num_kv_heads
+  # Each leaf: (shape past the layer axis, S for the slots; dtype; fill).
+  kv_dtype = jnp.dtype(cfg.kv_cache_dtype or cfg.dtype)
+  leaves = {
+      "k": ((rows, "S", cfg.head_dim), kv_dtype, 0),
+      "v": ((rows, "S", cfg.head_dim), kv_dtype, 0),
+      "pos": ((batch, "S"), jnp.int32, -1),
+  }
+  if cfg.kv_cache_dtype == "int8":
+    leaves["k_scale"] = ((rows, "S"), jnp.float32, 0)
+    leaves["v_scale"] = ((rows, "S"), jnp.float32, 0)
+
+  def make(slots: int, lead: tuple[int, ...]) -> dict[str, Array]:
+    axes = (
+        (lambda key: CACHE_AXES[key])
+        if lead
+        else (lambda key: CACHE_AXES[key][1:])
+    )
     return {
-        f"layer_{i}": {
-            key: _constrain(
-                jnp.full(
-                    tuple(sizes[i] if d is None else d for d in shape),
-                    -1 if key == "pos" else 0,
-                    jnp.int32 if key == "pos" else dtype,
-                ),
-                *CACHE_AXES[key][1:],
-            )
-            for key, shape in shapes.items()
-        }
-        for i in range(cfg.num_layers)
+        key: _constrain(
+            jnp.full(
+                lead + tuple(slots if d == "S" else d for d in shape),
+                fill,
+                dtype,
+            ),
+            *axes(key),
+        )
+        for key, (shape, dtype, fill) in leaves.items()
     }
+
+  if per_layer:
+    return {f"layer_{i}": make(sizes[i], ()) for i in range(cfg.num_layers)}
   cache = {}
   for name, first, groups, size in cfg.stacks():
-    cache[name] = {}
-    for j in range(size):
-      slots = sizes[first + j]
-      shape = (groups, batch * cfg.num_kv_heads, slots, cfg.head_dim)
-      block = {
-          "k": jnp.zeros(shape, dtype),
-          "v": jnp.zeros(shape, dtype),
-          "pos": jnp.full((groups, batch, slots), -1, jnp.int32),
-      }
-      cache[name][f"block_{j}"] = {
-          key: _constrain(value, *CACHE_AXES[key])
-          for key, value in block.items()
-      }
+    cache[name] = {
+        f"block_{j}": make(sizes[first + j], (groups,)) for j in range(size)
+    }
   return cache
 
 
@@ -113,7 +141,7 @@ def _write_cache(
   """
   size = layer_cache["pos"].shape[1]
   length = k.shape[1]
-  new = {"k": k, "v": v, "pos": pos}
+  new = _entries(layer_cache, k, v, pos)
   if length == 1 or length < size:
     start = cache_index % size
     if length == 1:
@@ -163,7 +191,7 @@ def write(
   """
   if index is None:  # a per-layer cache (`Transformer(per_layer=True)`)
     return _write_cache(cache, k, v, pos, cache_index)
-  new = {"k": k, "v": v, "pos": pos}
+  new = _entries(cache, k, v, pos)
   if k.shape[1] == 1:
     slot = cache_index % cache["pos"].shape[-1]
     zero = jnp.zeros((), jnp.int32)

@@ -462,13 +462,15 @@ class Attention(nn.Module):
     kf = k.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
     vf = v.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
 
-    def scores(keys, kpos):
+    def scores(keys, kpos, key_scale):
       logits = jnp.einsum(
           "xqh,xsh->xqs",
           qf,
           keys.astype(dtype),
           preferred_element_type=jnp.float32,
       )
+      if key_scale is not None:  # an int8 cache: q . (s k) = s (q . k)
+        logits = logits * key_scale[:, None, :]
       qp = positions[:, :, None]
       kp = kpos[:, None, :]
       visible = (kp >= 0) & (kp <= qp)
@@ -489,8 +491,10 @@ class Attention(nn.Module):
           window, chunk, dtype,
       )  # fmt: skip
       return self._out(out, b, kv, g, length, n, h, cfg), None
+    # (keys, values, their positions, and an int8 cache's scales or None)
+    scales = lambda c: (c.get("k_scale"), c.get("v_scale"))
     if cache is None:
-      parts = [(kf, vf, key_pos)]
+      parts = [(kf, vf, key_pos, None, None)]
     elif length == 1 or window == 0:
       # Write, then attend over the updated cache: a one-token step only
       # overwrites a slot that has left the window, and a global buffer never
@@ -498,19 +502,31 @@ class Attention(nn.Module):
       # the cache every step.)
       new_cache = kv_cache.write(cache, index, kf, vf, key_pos, cache_index)
       layer = kv_cache.layer_view(new_cache, index)
-      parts = [(layer["k"], layer["v"], layer["pos"])]
+      parts = [(layer["k"], layer["v"], layer["pos"], *scales(layer))]
     else:
       # A chunk on a ring buffer can overwrite keys its own earlier queries
       # still need: attend over the old cache plus the chunk, then write.
       layer = kv_cache.layer_view(cache, index)
-      parts = [(layer["k"], layer["v"], layer["pos"]), (kf, vf, key_pos)]
+      fresh = (kf, vf, key_pos, None, None)
+      if "k_scale" in layer:
+        # An int8 cache: the chunk's own keys and values are read as the
+        # cache will hold them, so what a query sees does not depend on
+        # how the prompt was cut into chunks.
+        (k8, k_scale), (v8, v_scale) = map(kv_cache.quantize, (kf, vf))
+        fresh = (k8, v8, key_pos, k_scale, v_scale)
+      parts = [(layer["k"], layer["v"], layer["pos"], *scales(layer)), fresh]
       new_cache = kv_cache.write(cache, index, kf, vf, key_pos, cache_index)
-    logits = jnp.concatenate([scores(kk, pp) for kk, _, pp in parts], -1)
+    logits = jnp.concatenate(
+        [scores(kk, pp, ks) for kk, _, pp, ks, _ in parts], -1
+    )
     probs = jax.nn.softmax(logits, axis=-1)
     out, offset = 0.0, 0
-    for kk, vv, _ in parts:
+    for kk, vv, _, _, value_scale in parts:
       size = kk.shape[1]
-      p = probs[..., offset : offset + size].astype(dtype)
+      p = probs[..., offset : offset + size]
+      if value_scale is not None:  # sum_s p_s (s_s v_s) = sum_s (p_s s_s) v_s
+        p = p * value_scale[:, None, :]
+      p = p.astype(dtype)
       out = out + jnp.einsum(
           "xqs,xsh->xqh",
           p,

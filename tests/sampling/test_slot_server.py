@@ -66,7 +66,7 @@ def _engine(cfg, **kw):
   if "rules" in kw:
     kw["rules"] = tuple((n, tuple(t) if isinstance(t, list) else t)
                         for n, t in kw["rules"])  # fmt: skip
-  key = (cfg.sliding_window, tuple(sorted(kw.items())))
+  key = (cfg.sliding_window, cfg.kv_cache_dtype, tuple(sorted(kw.items())))
   if key not in _ENGINES:
     fns = T.sampling_fns(cfg, T.Role.AGENT)
     _ENGINES[key] = slot_engine.SlotEngine(
@@ -81,7 +81,7 @@ _SAMPLERS = {}
 
 def _alone(cfg, params, request, temperature, stop_ids=()):
   """The lock-step sampler on this request alone, with its key."""
-  key = (cfg.sliding_window, stop_ids)
+  key = (cfg.sliding_window, cfg.kv_cache_dtype, stop_ids)
   if key not in _SAMPLERS:  # one compiled sampler per model and stop ids
     _SAMPLERS[key] = S.Sampler(
         *T.sampling_fns(cfg, T.Role.AGENT), pad_id=PAD, stop_ids=stop_ids
@@ -129,6 +129,26 @@ def test_each_request_samples_what_the_lockstep_sampler_samples_alone(
     np.testing.assert_array_equal(res.tokens, tokens)
     np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
     assert len(res.tokens) == res.request.max_new_tokens
+
+
+def test_an_int8_cache_samples_what_the_lockstep_sampler_samples(ring):
+  """`model.kv_cache_dtype="int8"`: the engine's cache holds int8 keys and
+  values beside float32 scales, and each request (six over two slots, the
+  rings wrapping) gets the tokens the lock-step sampler on the same int8
+  cache gives it alone."""
+  cfg, params = ring
+  cfg = ml_collections.ConfigDict(cfg.to_dict())
+  cfg.kv_cache_dtype = "int8"
+  engine = _engine(cfg, temperature=0.0)
+  layer = jax.eval_shape(lambda: engine.init_cache(2, 48))["layer_0"]
+  assert layer["k"].dtype == layer["v"].dtype == np.int8
+  assert layer["k_scale"].shape == layer["k"].shape[:2]
+  results = E.SlotServer(engine, params).run(_requests())
+  assert len(results) == 6
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, 0.0)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
 
 
 def test_the_same_requests_in_another_order_and_layout_sample_the_same(ring):
