@@ -34,23 +34,26 @@ description (no chips needed: `pip install -e .[tpu]`), the mesh with
                     (`cost_analysis()`, one decode step) against the least
                     a step must read, the weights and every slot's cache
                     once (a `program=... bytes_per_token=... minimum=...
-                    ratio=...` line; `*_slots_bytes_ratio=` in the last
-                    line);
+                    ratio=... hbm_bytes_per_token=... hbm_ratio=...` line:
+                    XLA's count, then HBM traffic alone by
+                    `spade.hlo_bytes`' rules, the roofline's figure;
+                    `*_slots_bytes_ratio=`, `*_slots_hbm_ratio=` in the
+                    last line);
   {role} slots generate on {r} rows
                     generate on each count of gathered live rows the server
                     can choose (`sampling.min_rows`, `SlotEngine.rows`),
                     which copy their rows' cache: each program's peak and
-                    bytes (`*_rows{r}_bytes_ratio=`; `--noengine_gathered`
-                    skips them);
+                    bytes (`*_rows{r}_bytes_ratio=`, `*_rows{r}_hbm_ratio=`;
+                    `--noengine_gathered` skips them), and in the last
+                    line each gathered program's step against the
+                    every-slot one's (`*_rows{r}_step_vs_every_slot=`) and
+                    the count up to which gathering reads less
+                    (`*_gather_pays_up_to=`; `sampling.max_gathered_rows`);
                     with `--bytes_breakdown`, where each generate
                     program's bytes go (the gathered ones' too)
                     (`spade.hlo_bytes`: weights, cache reads and writes,
                     copies, gathers, loop state, other; one `key=value`
-                    line, then the costliest operations), and in the last
-                    line each gathered program's step against the
-                    every-slot one's (`*_rows{r}_step_vs_every_slot=`) and
-                    the count up to which gathering reads less
-                    (`*_gather_pays_up_to=`; `sampling.max_gathered_rows`).
+                    line, then the costliest operations).
 
 Per program it prints the per-device argument / output / temporary / peak
 memory (`memory_analysis()`) against the chip's HBM, and for the samplers
@@ -142,13 +145,15 @@ class Program:
       generated token (a decode step over every slot, all devices).
     min_bytes_per_token: the least a step must read per token: parameters
       and the live cache, once.
-    breakdown: slot generate with `bytes_breakdown`: where its bytes go
+    breakdown: slot generate: where its bytes go
       (`spade.hlo_bytes.Breakdown`, per device, one decode step).
     rows: slot generate: the rows a step decodes (every slot, or the
       gathered live rows of `SlotEngine.rows`): tokens a step.
-    step_hbm_bytes: slot generate with `bytes_breakdown`: a step's HBM
-      bytes per device (`per_step_bytes`: what runs once a call spread over
-      its steps), all its rows' tokens.
+    step_hbm_bytes: slot generate: a step's HBM bytes per device
+      (`per_step_bytes`: what runs once a call spread over its steps), all
+      its rows' tokens.
+    hbm_bytes_per_token: slot generate: the same per generated token (all
+      devices): what the roofline's minimum is held against.
   """
 
   name: str
@@ -170,6 +175,7 @@ class Program:
   breakdown: hlo_bytes.Breakdown | None = None
   rows: int = 0
   step_hbm_bytes: float = 0.0
+  hbm_bytes_per_token: float = 0.0
 
   @property
   def key(self) -> str:
@@ -186,6 +192,13 @@ class Program:
     if not self.min_bytes_per_token:
       return 0.0
     return self.bytes_per_token / self.min_bytes_per_token
+
+  @property
+  def hbm_ratio(self) -> float:
+    """HBM bytes per generated token over the minimum (0: unknown)."""
+    if not self.min_bytes_per_token:
+      return 0.0
+    return self.hbm_bytes_per_token / self.min_bytes_per_token
 
 
 @dataclasses.dataclass
@@ -228,6 +241,8 @@ class Report:
             f"{p.bytes_per_token / 2**20:.2f}"
         )
         pairs[f"{p.key}_bytes_ratio"] = f"{p.bytes_ratio:.2f}"
+      if p.hbm_bytes_per_token:
+        pairs[f"{p.key}_hbm_ratio"] = f"{p.hbm_ratio:.2f}"
     pairs.update(gather_pairs(self.programs))
     if update is not None:
       pairs["update_peak_gib"] = f"{update.peak_bytes / GIB:.2f}"
@@ -726,7 +741,6 @@ def compile_engine(
     role,
     hbm_bytes,
     windows=2,
-    breakdown=False,
     gathered=True,
 ):
   """The role's slot-engine programs (`spade.sampling.slot_engine`):
@@ -746,8 +760,8 @@ def compile_engine(
   Besides memory and FLOPs, the whole-cache generate program's
   `cost_analysis()` bytes accessed (a while loop's body counted once: about
   one decode step) per generated token, against the minimum a step must
-  read: the parameters and every slot's cache, once; with `breakdown`,
-  those bytes by category (`spade.hlo_bytes`).
+  read: the parameters and every slot's cache, once; and those bytes by
+  category, HBM's among them (`spade.hlo_bytes`).
   """
   engine = slot_engine(config, mesh, rules, role)
   s, c, n = engine.slots, engine.cache_length, engine.decode_steps
@@ -870,9 +884,11 @@ def compile_engine(
     program.rows = r
     program.bytes_per_token = step * chips / r
     program.min_bytes_per_token = floor * chips / r
-    if breakdown:
-      program.breakdown = hlo_bytes.breakdown(compiled)
-      program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
+    # HBM traffic by `spade.hlo_bytes`' rules (under a second a program);
+    # `breakdown` only prints it.
+    program.breakdown = hlo_bytes.breakdown(compiled)
+    program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
+    program.hbm_bytes_per_token = program.step_hbm_bytes * chips / r
   return compiled_programs
 
 
@@ -929,7 +945,7 @@ def run(
     log(describe(program, tpu))
     if program.bytes_per_token:
       log(bytes_line(program))
-    if program.breakdown is not None:
+    if bytes_breakdown and program.breakdown is not None:
       for line in breakdown_lines(
           program, tpu.chips, program.rows, config.sampling.decode_steps
       ):
@@ -951,7 +967,6 @@ def run(
           role,
           hbm,
           engine_windows,
-          bytes_breakdown,
           engine_gathered,
       ):
         add(program)
@@ -986,13 +1001,23 @@ def bytes_line(program: Program) -> str:
   """A generate program's bytes per generated token against the minimum,
   one `key=value` line (bytes, the slice's): XLA's `bytes accessed` for the
   loop body and what runs once a call, counted as one step (so an upper
-  bound; `breakdown_lines`' `per_step` spreads the once-a-call part)."""
+  bound; `breakdown_lines`' `per_step` spreads the once-a-call part). Then
+  the HBM traffic (`hbm_bytes_per_token=`, `hbm_ratio=`): `spade.hlo_bytes`'
+  rules, a step's with the once-a-call part spread over the call's steps;
+  XLA's count also has the traffic inside the chip (a prefetch to VMEM
+  counted as its write there, the matmul's read of it again)."""
   name = program.name.replace(" ", "_")
-  return (
+  line = (
       f"program={name} bytes_per_token={program.bytes_per_token:.0f}"
       f" minimum={program.min_bytes_per_token:.0f}"
       f" ratio={program.bytes_ratio:.2f}"
   )
+  if program.hbm_bytes_per_token:
+    line += (
+        f" hbm_bytes_per_token={program.hbm_bytes_per_token:.0f}"
+        f" hbm_ratio={program.hbm_ratio:.2f}"
+    )
+  return line
 
 
 def breakdown_lines(

@@ -271,6 +271,15 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert float(bytes_pairs["ratio"]) == pytest.approx(
       generate.bytes_ratio, abs=0.01
   )
+  # HBM traffic alone, per token: a step's (`step_hbm_bytes`, per chip, the
+  # once-a-call part spread) over the 8 tokens the 4 chips make a step.
+  assert int(bytes_pairs["hbm_bytes_per_token"]) == round(
+      generate.step_hbm_bytes * 4 / 8
+  )
+  assert 0 < generate.hbm_bytes_per_token < generate.bytes_per_token
+  assert float(bytes_pairs["hbm_ratio"]) == pytest.approx(
+      generate.hbm_bytes_per_token / generate.min_bytes_per_token, abs=0.01
+  )
   # Where those bytes go: the categories sum to XLA's own total within 5%
   # (the TPU compiler's cost rules, re-applied op by op: 2% here).
   b = generate.breakdown
@@ -305,6 +314,12 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   summary = dict(kv.split("=", 1) for kv in report.summary().split())
   assert float(summary["agent_slots_bytes_ratio"]) == pytest.approx(
       generate.bytes_ratio, abs=0.01
+  )
+  assert float(summary["agent_slots_hbm_ratio"]) == pytest.approx(
+      generate.hbm_ratio, abs=0.01
+  )
+  assert float(summary["agent_rows4_hbm_ratio"]) == pytest.approx(
+      gathered.hbm_ratio, abs=0.01
   )
   # A step's HBM bytes per device, gathered against every slot: the
   # breakdown's per-token figure times the tokens a chip makes a step.
