@@ -193,15 +193,6 @@ def slot_axes(init_cache, length: int):
   return jax.tree.map(_grown_axis, one, two)
 
 
-def time_axes(init_cache):
-  """Per cache leaf: the axis holding its time slots, a sliding window's
-  ring included (it grows from a cache of one step to one of two), or
-  None (a leaf with no time slots)."""
-  one = jax.eval_shape(lambda: init_cache(1, 1))
-  two = jax.eval_shape(lambda: init_cache(1, 2))
-  return jax.tree.map(_grown_axis, one, two)
-
-
 def _carried(old, new, rows: Array, slots: Array, row_specs, slot_specs):
   """`new` with slots [0, C) of each row r holding row rows[r]'s entries at
   slots[r] of `old` (slots -1: empty, position -1, never attended)."""

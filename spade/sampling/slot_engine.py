@@ -354,10 +354,6 @@ class SlotEngine:
     return sampler_lib.slot_axes(self.init_cache, self.cache_length)
 
   @functools.cached_property
-  def _time_axes(self):
-    return sampler_lib.time_axes(self.init_cache)
-
-  @functools.cached_property
   def can_continue(self) -> bool:
     """Whether a slot's cache can be continued: every cache leaf's size
     follows the cache length (no sliding window's ring within it)."""
@@ -779,23 +775,10 @@ class SlotEngine:
           put, full, state["cache"], self._row_axes, self._slot_axes
       ))  # fmt: skip
     elif index is not None:
-      # The call wrote only its own steps' slots, (clock + j) % size on each
-      # leaf's time axis (a ring's size is its window): those go back, not
-      # the rows' whole cache (the put had read and written it all, as much
-      # as the take; a 1B's 192 of 256 rows: 5.5 MiB a token of a step's
-      # 72 over 32 steps). A leaf with fewer slots than the call's steps
-      # wraps within the call: its rows go back whole.
-      j = jnp.arange(n, dtype=jnp.int32)
-
-      def put(x, y, spec, t):
-        if t is None or x.shape[t] < n:
-          return _rows_put(x, y, spec, index, mesh=self.mesh)
-        slots = (clock + j) % x.shape[t]
-        y = jnp.take(y, slots, axis=t)
-        return _rows_put(x, y, spec, index, t, slots, self.mesh)
-
       state = dict(state, cache=jax.tree.map(
-          put, full, state["cache"], self._row_axes, self._time_axes
+          lambda x, y, spec: _rows_put(x, y, spec, index, mesh=self.mesh),
+          full,
+          state["cache"], self._row_axes,
       ))  # fmt: skip
     return state, toks, lps, steps
 
