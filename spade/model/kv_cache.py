@@ -191,8 +191,8 @@ def write(
   """
   if index is None:  # a per-layer cache (`Transformer(per_layer=True)`)
     return _write_cache(cache, k, v, pos, cache_index)
-  new = _entries(cache, k, v, pos)
   if k.shape[1] == 1:
+    new = _entries(cache, k, v, pos)
     slot = cache_index % cache["pos"].shape[-1]
     zero = jnp.zeros((), jnp.int32)
     return {
@@ -209,7 +209,7 @@ def write(
       name: jax.lax.dynamic_update_index_in_dim(
           cache[name], written[name], index, 0
       )
-      for name in new
+      for name in written
   }
 
 

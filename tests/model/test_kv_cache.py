@@ -73,3 +73,31 @@ def test_int8_cache_decodes_within_its_rounding_of_the_float_cache():
     logits[kv] = np.stack(steps)
   diff = np.abs(logits["int8"] - logits[""]).max()
   assert 0 < diff < 0.02 * np.abs(logits[""]).max(), diff
+
+
+def test_int8_stacked_cache_decodes_what_the_per_layer_cache_decodes():
+  """`model.scan_decode` writes the int8 cache through the stacked paths of
+  `kv_cache.write` (a chunk, then one token): the logits of the per-layer
+  cache's, up to float32 rounding."""
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.sliding_window, cfg.global_every = 3, 4, 3
+  cfg.kv_cache_dtype = "int8"
+  params = T.init_params(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 7), 0, 256)
+  out = {}
+  for scan in (False, True):
+    cfg.scan_decode = scan
+    fns = T.sampling_fns(cfg, T.Role.AGENT)
+    p, cache = fns.prepare_params(params), fns.init_cache(2, 16)
+    pos = jnp.broadcast_to(jnp.arange(6), (2, 6))
+    first, cache = fns.tokens_to_logits(
+        p, tokens[:, :6], pos, jnp.ones_like(pos, bool), cache, jnp.int32(0)
+    )
+    second, cache = fns.tokens_to_logits(
+        p, tokens[:, 6:], jnp.full((2, 1), 6), jnp.ones((2, 1), bool), cache,
+        jnp.int32(6),
+    )  # fmt: skip
+    out[scan] = np.stack([first, second])
+    layer = jax.tree.leaves(cache, is_leaf=lambda x: "k_scale" in x)[0]
+    assert layer["k"].dtype == jnp.int8
+  np.testing.assert_allclose(out[True], out[False], atol=1e-5)
