@@ -22,7 +22,6 @@ The last line is key=value pairs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
@@ -32,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spade import config as config_lib
 from spade import console
 from spade.model import loading
 from spade.model import tokenizer as tokenizer_lib
@@ -51,11 +51,7 @@ KV = ("", "int8")
 
 
 def _config(kind: str):
-  path = os.path.join(ROOT, "configs", MODELS[kind])
-  spec = importlib.util.spec_from_file_location(kind, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.load_file(os.path.join("configs", MODELS[kind]), ROOT)
 
 
 def _forced(model_config, params, ids, prompt_len):

@@ -173,16 +173,21 @@ def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
   return cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
 
 
+def split_ways(mesh, entry) -> int:
+  """How many pieces one `PartitionSpec` entry (None, a mesh axis or a
+  tuple of them) cuts a dimension into on `mesh`."""
+  if entry is None:
+    return 1
+  names = entry if isinstance(entry, tuple) else (entry,)
+  return int(np.prod([mesh.shape[n] for n in names]))
+
+
 def fit_sharding(leaf, sharding):
   """`sharding` with the mesh axes dropped from each dimension of `leaf`
   they do not divide evenly (that dimension whole)."""
   spec = list(sharding.spec) + [None] * (np.ndim(leaf) - len(sharding.spec))
   for dim, entry in enumerate(spec):
-    if entry is None:
-      continue
-    names = entry if isinstance(entry, tuple) else (entry,)
-    size = int(np.prod([sharding.mesh.shape[n] for n in names]))
-    if np.shape(leaf)[dim] % size:
+    if np.shape(leaf)[dim] % split_ways(sharding.mesh, entry):
       spec[dim] = None
   return jax.sharding.NamedSharding(
       sharding.mesh, jax.sharding.PartitionSpec(*spec)
@@ -202,13 +207,7 @@ def decode_fits(key: tuple[str, str], shape, mesh=None, rules=None) -> bool:
   if rules is None:
     rules = nn.get_logical_axis_rules()
   spec = nn.logical_to_mesh_axes(DECODE_PARAM_AXES[key], rules)
-  for size, entry in zip(shape, spec):
-    if entry is None:
-      continue
-    names = entry if isinstance(entry, tuple) else (entry,)
-    if size % int(np.prod([mesh.shape[n] for n in names])):
-      return False
-  return True
+  return all(size % split_ways(mesh, e) == 0 for size, e in zip(shape, spec))
 
 
 def decode_logits(x: Array) -> Array:
