@@ -539,6 +539,15 @@ def device_bytes(tree) -> int:
   )
 
 
+def global_bytes(tree) -> int:
+  """Bytes of a tree of arrays counted once, however many devices hold
+  each piece."""
+  return sum(
+      math.prod(x.shape) * jnp.dtype(x.dtype).itemsize
+      for x in jax.tree.leaves(tree)
+  )
+
+
 def compile_sampler(config, mesh, rules, state, role, hbm_bytes):
   """The role's prefill and one decode step, with the rollout's KV cache.
 
@@ -824,7 +833,11 @@ def compile_engine(
   # and the programs' arguments count that copy.
   held_bytes = device_bytes((state.opt_state, state.ref_params, state.adapters))
   held = f"optimizer state {held_bytes / GIB:.2f}"
-  cache_bytes = device_bytes(decode_state["cache"])
+  # Every slot's cache read once, spread over the chips: a leaf the mesh
+  # copies (the cache is split over the batch axes only, so with a tensor
+  # axis each of its chips holds every KV head of its rows, and reads
+  # them) is one read's worth, not one a copy.
+  cache_bytes = global_bytes(decode_state["cache"]) / mesh.devices.size
   ws = ", ".join(f"{w:,}" for w in picked)
   on = f"windows {ws} of {len(every)}"
 
@@ -875,11 +888,14 @@ def compile_engine(
       cost = cost[0] if cost else {}
     chips = mesh.devices.size
     step = float((cost or {}).get("bytes accessed", 0.0))
-    # The least a step must read: the weights and its rows' caches, once;
-    # of the input embedding only its tokens' rows (a few KiB), not the
-    # table (a gather reads what it takes: `hlo_bytes._sliced_bytes`).
-    lookup = device_bytes(params.get("embedder", {}))
-    floor = device_bytes(params) - lookup + cache_bytes * r / s
+    # The least a step must read, per device: the weights once a data
+    # replica (each reads its own copy; a leaf the other axes copy is one
+    # read's worth, as for the cache) and its rows' caches once; of the
+    # input embedding only its tokens' rows (a few KiB), not the table (a
+    # gather reads what it takes: `hlo_bytes._sliced_bytes`).
+    lookup = global_bytes(params.get("embedder", {}))
+    weights = (global_bytes(params) - lookup) * int(mesh.shape["data"])
+    floor = weights / chips + cache_bytes * r / s
     # Per device a step reads its shards; the slice makes `r` tokens a step.
     program.rows = r
     program.bytes_per_token = step * chips / r

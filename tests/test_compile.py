@@ -335,6 +335,39 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   assert summary["agent_gather_pays_up_to"] == ("4" if vs < 1 else "0")
 
 
+@pytest.mark.slow
+def test_the_minimum_reads_weights_and_cache_once_however_many_chips_hold_them():
+  """The cache is split over the batch axes only, so a tensor axis holds
+  each row's cache on each of its chips (and the weights it does not
+  split); a step still need read each once, and the minimum counts each
+  once, whatever the mesh (the weights once a data replica)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from spade.model import kv_cache  # pylint: disable=g-import-not-at-top
+
+  minimum, held = {}, {}
+  for fsdp, tensor in ((4, 1), (2, 2)):
+    c = _tiny(mesh__fsdp=fsdp, mesh__tensor=tensor)
+    _small_engine(c)
+    report = compile_lib.run(
+        c, "v5p-8", update=False, samplers=False, engine=True,
+        roles=["agent"], engine_windows=1, engine_gathered=False,
+        log=lambda _: None,
+    )  # fmt: skip
+    generate = report.programs[1]
+    assert generate.rows == 8
+    minimum[tensor] = generate.min_bytes_per_token
+    held[tensor] = generate.argument_bytes
+  cache = jax.eval_shape(lambda: kv_cache.init_cache(c.model, 8, 256))
+  per_token = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache)) / 8
+  # Each chip holds more with the tensor axis (its rows' whole cache, on
+  # two batch shards instead of four)...
+  assert held[2] > held[1]
+  # ...the cache is most of the minimum here, and the minimum is the same
+  # (counted from each chip's bytes, as before, the two were 7% apart).
+  assert per_token > 0.5 * minimum[1]
+  assert minimum[2] == pytest.approx(minimum[1])
+
+
 def test_gathering_pays_up_to_the_largest_count_below_every_slot():
   """`<role>_gather_pays_up_to`: the largest gathered count such that it
   and every smaller count read less a step than every slot."""
