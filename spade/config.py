@@ -854,9 +854,10 @@ def tpu_pod_config(
   # every count reads less a step than a call on every slot
   # (`spade.compile --engine --bytes_breakdown`, 2026-12-06: Gemma 3 1B on a
   # v5p-8 0.14-0.82 of every slot's bytes at 4-192 rows of 256, 4B on a
-  # v5p-32 0.21-0.95 at 16-192; docs/scale.md). The 12B and the Qwen3
-  # configs were not compiled gathered: `spade.compile --engine` checks
-  # that every count fits before a run.
+  # v5p-32 0.21-0.95 at 16-192; docs/scale.md). The 12B and 27B's every
+  # count fits (compiled 2026-12-06); the Qwen3 configs' were not
+  # compiled gathered: `spade.compile --engine` checks that every count
+  # fits before a run.
   c.sampling.max_gathered_rows = 0
 
   c.regret.estimator = "reference"
