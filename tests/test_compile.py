@@ -339,7 +339,7 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
 def test_the_minimum_reads_weights_and_cache_once_however_many_chips_hold_them():
   """The cache is split over the batch axes only, so a tensor axis holds
   each row's cache on each of its chips (and the weights it does not
-  split); a step still need read each once, and the minimum counts each
+  split); a step need read each only once, and the minimum counts each
   once, whatever the mesh (the weights once a data replica)."""
   import jax  # pylint: disable=g-import-not-at-top
   from spade.model import kv_cache  # pylint: disable=g-import-not-at-top
