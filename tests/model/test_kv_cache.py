@@ -56,16 +56,17 @@ def test_int8_cache_decodes_within_its_rounding_of_the_float_cache():
   for kv in ("", "int8"):
     cfg.kv_cache_dtype = kv
     fns = T.sampling_fns(cfg, T.Role.AGENT)
+    step = jax.jit(fns.tokens_to_logits)  # one compile a shape, not an op
     p = fns.prepare_params(params)
     cache = fns.init_cache(2, 16)
     ones = jnp.ones((2, 10), bool)
     pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
-    out, cache = fns.tokens_to_logits(
+    out, cache = step(
         p, tokens[:, :10], pos, ones, cache, jnp.int32(0)
     )
     steps = [out]
     for t in range(10, 14):
-      out, cache = fns.tokens_to_logits(
+      out, cache = step(
           p, tokens[:, t : t + 1], jnp.full((2, 1), t), ones[:, :1], cache,
           jnp.int32(t),
       )  # fmt: skip
@@ -88,12 +89,13 @@ def test_int8_stacked_cache_decodes_what_the_per_layer_cache_decodes():
   for scan in (False, True):
     cfg.scan_decode = scan
     fns = T.sampling_fns(cfg, T.Role.AGENT)
+    step = jax.jit(fns.tokens_to_logits)  # one compile a shape, not an op
     p, cache = fns.prepare_params(params), fns.init_cache(2, 16)
     pos = jnp.broadcast_to(jnp.arange(6), (2, 6))
-    first, cache = fns.tokens_to_logits(
+    first, cache = step(
         p, tokens[:, :6], pos, jnp.ones_like(pos, bool), cache, jnp.int32(0)
     )
-    second, cache = fns.tokens_to_logits(
+    second, cache = step(
         p, tokens[:, 6:], jnp.full((2, 1), 6), jnp.ones((2, 1), bool), cache,
         jnp.int32(6),
     )  # fmt: skip
