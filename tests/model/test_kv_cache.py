@@ -61,9 +61,7 @@ def test_int8_cache_decodes_within_its_rounding_of_the_float_cache():
     cache = fns.init_cache(2, 16)
     ones = jnp.ones((2, 10), bool)
     pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
-    out, cache = step(
-        p, tokens[:, :10], pos, ones, cache, jnp.int32(0)
-    )
+    out, cache = step(p, tokens[:, :10], pos, ones, cache, jnp.int32(0))
     steps = [out]
     for t in range(10, 14):
       out, cache = step(
