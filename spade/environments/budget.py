@@ -17,6 +17,7 @@ Standard library only (the sandbox worker imports it through the validator).
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from typing import NamedTuple
@@ -108,6 +109,20 @@ def resolve(
   )
 
 
+# The modules whose frames the alarm never interrupts: the clock's and the
+# validator's (the code that catches `OutOfTime` and cleans up after it).
+_OWN_MODULES = (__name__, "spade.environments.validator")
+
+
+def _is_own(frame) -> bool:
+  """Whether a frame runs in one of `_OWN_MODULES` (by the module's dict,
+  which a program cannot pass off as its own by naming itself)."""
+  return any(
+      m is not None and frame.f_globals is m.__dict__
+      for m in map(sys.modules.get, _OWN_MODULES)
+  )
+
+
 class OutOfTime(BaseException):
   """Raised by the alarm so that `except Exception` in programs misses it."""
 
@@ -123,6 +138,13 @@ class Clock:
   `_REFIRE_S` (a program's bare `except:` may swallow one signal).
   math_verify's signal.alarm() cancels ITIMER_REAL but not ITIMER_PROF, and
   a call is also measured when it returns.
+
+  The alarm raises only where it can be caught: never in the validator's
+  own frames (`_OWN_MODULES`: its `except` and `finally` blocks, which
+  disarm the timers and restore the handlers; the re-fire lands as soon as
+  program code runs again), and never once `end()` or `uninstall()` has
+  begun (a signal delivered late, or a stale handler, is a no-op). An alarm
+  raised there would escape the validation and kill the process that ran it.
   """
 
   WALL_FACTOR = 4.0
@@ -139,6 +161,7 @@ class Clock:
         hasattr(signal, "setitimer")
     )
     self._old_handler = None
+    self.armed = False
 
   def over(self) -> bool:
     """Whether the running call is past its budget."""
@@ -151,7 +174,11 @@ class Clock:
     )
 
   def _on_alarm(self, signum, frame):
-    del signum, frame
+    del signum
+    if not self.armed:
+      return
+    if frame is not None and _is_own(frame):
+      return
     if time.monotonic() >= self.deadline or (self.in_call and self.over()):
       raise OutOfTime()
 
@@ -163,6 +190,7 @@ class Clock:
       )
 
   def uninstall(self) -> None:
+    self.armed = False
     if self.alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
       signal.setitimer(signal.ITIMER_PROF, 0)
@@ -184,6 +212,7 @@ class Clock:
     self.call_start = (now, time.process_time())
     self.call_limit = call_s
     self.in_call = True
+    self.armed = True
     if self.alarm:
       # math_verify swaps the handler around its own alarm: take it back.
       if signal.getsignal(signal.SIGALRM) != self._on_alarm:
@@ -195,6 +224,7 @@ class Clock:
         signal.setitimer(signal.ITIMER_PROF, max(1e-3, call_s), self._REFIRE_S)
 
   def end(self) -> None:
+    self.armed = False
     self.in_call = False
     if self.alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
