@@ -142,6 +142,9 @@ def base_config() -> ConfigDict:
       ("embed", "fsdp"),
       ("heads", "tensor"),
       ("kv_heads", None),
+      # The KV cache's heads (`kv_cache.CACHE_AXES`) and the attention over
+      # it, where they divide the tensor axis: a chip reads its own heads.
+      ("cache_heads", "tensor"),
       ("head_dim", None),
       ("mlp", "tensor"),
       ("length", None),

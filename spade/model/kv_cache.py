@@ -15,6 +15,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spade.model import architecture
 
@@ -23,16 +24,41 @@ Array = jax.Array
 Cache = dict[str, dict[str, dict[str, Array]]]
 
 # Logical names of the KV cache entries.
-# k and v are [layers, batch * kv_heads, slots, head_dim] (row b * kv_heads + j
-# is KV head j of row b); pos is [layers, batch, slots].
+# k and v are [layers, batch, kv_heads, slots, head_dim]; pos is [layers,
+# batch, slots]. The rows go over the batch axes and the KV heads over
+# "cache_heads" (the tensor axis, as the query heads are), so a chip holds
+# and reads only its own heads of its own rows.
 CACHE_AXES = {
-    "k": ("layers", "batch", "length", "head_dim"),
-    "v": ("layers", "batch", "length", "head_dim"),
+    "k": ("layers", "batch", "cache_heads", "length", "head_dim"),
+    "v": ("layers", "batch", "cache_heads", "length", "head_dim"),
     "pos": ("layers", "batch", "length"),
-    # int8 caches: [layers, batch * kv_heads, slots], float32.
-    "k_scale": ("layers", "batch", "length"),
-    "v_scale": ("layers", "batch", "length"),
+    # int8 caches: [layers, batch, kv_heads, slots], float32.
+    "k_scale": ("layers", "batch", "cache_heads", "length"),
+    "v_scale": ("layers", "batch", "cache_heads", "length"),
 }
+
+
+def slot_axis(name: str, stacked: bool = True) -> int:
+  """The axis of cache leaf `name` that holds the time slots."""
+  return CACHE_AXES[name].index("length") - (0 if stacked else 1)
+
+
+def fitted_axes(shape, axes) -> tuple[str | None, ...]:
+  """`axes` (logical names) with each name dropped whose mesh axes, under
+  the mesh and rules the trace runs under, do not divide its dimension
+  (e.g. one KV head over tensor=2): that dimension stays whole."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return tuple(axes)
+  spec = nn.logical_to_mesh_axes(tuple(axes), nn.get_logical_axis_rules())
+  out = []
+  for size, name, entry in zip(shape, axes, spec):
+    names = () if entry is None else (
+        entry if isinstance(entry, tuple) else (entry,)
+    )  # fmt: skip
+    ways = int(np.prod([mesh.shape[n] for n in names]))
+    out.append(name if size % ways == 0 else None)
+  return tuple(out)
 
 
 def quantize(x: Array) -> tuple[Array, Array]:
@@ -57,7 +83,7 @@ def _entries(cache: dict[str, Array], k, v, pos) -> dict[str, Array]:
 
 
 def _constrain(x: Array, *axes: str | None) -> Array:
-  return nn.with_logical_constraint(x, axes)
+  return nn.with_logical_constraint(x, fitted_axes(x.shape, axes))
 
 
 def cache_sizes(model_config, length: int) -> list[int]:
@@ -74,29 +100,29 @@ def init_cache(
 ) -> Cache:
   """An empty KV cache for `batch` rows and `length` steps (prompt + new).
 
-  Returns {stack: {"block_j": {"k", "v": [n, B * kv_heads, S_j, head_dim] in
+  Returns {stack: {"block_j": {"k", "v": [n, B, kv_heads, S_j, head_dim] in
   `config.model.dtype` (int8 with `kv_cache_dtype="int8"`, beside "k_scale",
-  "v_scale": float32[n, B * kv_heads, S_j]), "pos": int32[n, B, S_j] =
-  -1}}}, stacked like the
-  parameters (n groups in the stack), with S_j = length for global layers and
-  min(window, length) for sliding ones; with `per_layer`, {"layer_i": {"k",
-  "v": [B * kv_heads, S_i, head_dim], "pos": int32[B, S_i]}} for
-  `Transformer(per_layer=True)` (`spade.model.transformer`). Inside a jit
-  under a mesh the entries are constrained to `CACHE_AXES` (batch-sharded).
+  "v_scale": float32[n, B, kv_heads, S_j]), "pos": int32[n, B, S_j] = -1}}},
+  stacked like the parameters (n groups in the stack), with S_j = length for
+  global layers and min(window, length) for sliding ones; with `per_layer`,
+  {"layer_i": {"k", "v": [B, kv_heads, S_i, head_dim], "pos": int32[B,
+  S_i]}} for `Transformer(per_layer=True)` (`spade.model.transformer`).
+  Inside a jit under a mesh the entries are constrained to `CACHE_AXES`
+  (rows over the batch axes, KV heads over tensor where they divide it).
   """
   cfg = architecture.ModelConfig.from_config(model_config)
   sizes = cache_sizes(cfg, length)
-  rows = batch * cfg.num_kv_heads
+  rows = (batch, cfg.num_kv_heads)
   # Each leaf: (shape past the layer axis, S for the slots; dtype; fill).
   kv_dtype = jnp.dtype(cfg.kv_cache_dtype or cfg.dtype)
   leaves = {
-      "k": ((rows, "S", cfg.head_dim), kv_dtype, 0),
-      "v": ((rows, "S", cfg.head_dim), kv_dtype, 0),
+      "k": ((*rows, "S", cfg.head_dim), kv_dtype, 0),
+      "v": ((*rows, "S", cfg.head_dim), kv_dtype, 0),
       "pos": ((batch, "S"), jnp.int32, -1),
   }
   if cfg.kv_cache_dtype == "int8":
-    leaves["k_scale"] = ((rows, "S"), jnp.float32, 0)
-    leaves["v_scale"] = ((rows, "S"), jnp.float32, 0)
+    leaves["k_scale"] = ((*rows, "S"), jnp.float32, 0)
+    leaves["v_scale"] = ((*rows, "S"), jnp.float32, 0)
 
   def make(slots: int, lead: tuple[int, ...]) -> dict[str, Array]:
     axes = (
@@ -135,13 +161,15 @@ def _write_cache(
 ) -> dict[str, Array]:
   """Writes L new entries at slots (cache_index + j) % size of the buffers.
 
-  A global layer's buffer must have room (cache_index + L <= size); callers
-  size it (the sampler uses prompt bucket + max_new_tokens). Ring buffers
-  (sliding layers) wrap and keep the last `size` entries.
+  k, v: [B, kv_heads, L, head_dim]; pos: [B, L]. A global layer's buffer
+  must have room (cache_index + L <= size); callers size it (the sampler
+  uses prompt bucket + max_new_tokens). Ring buffers (sliding layers) wrap
+  and keep the last `size` entries.
   """
   size = layer_cache["pos"].shape[1]
-  length = k.shape[1]
+  length = pos.shape[1]
   new = _entries(layer_cache, k, v, pos)
+  axis = lambda name: slot_axis(name, stacked=False)
   if length == 1 or length < size:
     start = cache_index % size
     if length == 1:
@@ -150,7 +178,7 @@ def _write_cache(
               layer_cache[name],
               new[name].astype(layer_cache[name].dtype),
               start,
-              axis=1,
+              axis=axis(name),
           )
           for name in new
       }
@@ -158,7 +186,7 @@ def _write_cache(
     return {
         name: (
             layer_cache[name]
-            .at[:, slots]
+            .at[(slice(None),) * axis(name) + (slots,)]
             .set(new[name].astype(layer_cache[name].dtype))
         )
         for name in new
@@ -168,9 +196,11 @@ def _write_cache(
   shift = (cache_index + length - size) % size
   return {
       name: jnp.roll(
-          new[name][:, length - size :].astype(layer_cache[name].dtype),
+          jax.lax.slice_in_dim(
+              new[name], length - size, length, axis=axis(name)
+          ).astype(layer_cache[name].dtype),
           shift,
-          axis=1,
+          axis=axis(name),
       )
       for name in new
   }
@@ -191,15 +221,19 @@ def write(
   """
   if index is None:  # a per-layer cache (`Transformer(per_layer=True)`)
     return _write_cache(cache, k, v, pos, cache_index)
-  if k.shape[1] == 1:
+  if pos.shape[1] == 1:
     new = _entries(cache, k, v, pos)
     slot = cache_index % cache["pos"].shape[-1]
     zero = jnp.zeros((), jnp.int32)
+
+    def start(name):
+      at = [index] + [zero] * (cache[name].ndim - 1)
+      at[slot_axis(name)] = slot
+      return tuple(at)
+
     return {
         name: jax.lax.dynamic_update_slice(
-            cache[name],
-            new[name][None].astype(cache[name].dtype),
-            (index, zero, slot) + (zero,) * (cache[name].ndim - 3),
+            cache[name], new[name][None].astype(cache[name].dtype), start(name)
         )
         for name in new
     }

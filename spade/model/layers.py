@@ -452,24 +452,25 @@ class Attention(nn.Module):
 
     b, length = q.shape[:2]
     g = n // kv
-    # Attention runs on [batch * kv_heads, ...] operands: the cache is stored
+    # Attention runs on [batch, kv_heads, ...] operands: the cache is stored
     # in exactly that shape, so the decode step's in-place cache update feeds
     # the attention matmuls without a reshape (a reshape there made XLA copy
-    # the whole cache every step).
+    # the whole cache every step). The KV heads are split over tensor as the
+    # cache's are (`kv_cache.CACHE_AXES`), the query heads of each with them.
     qf = q.reshape(b, length, kv, g, h).transpose(0, 2, 3, 1, 4)
-    qf = qf.reshape(b * kv, g * length, h)
-    kf = k.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
-    vf = v.transpose(0, 2, 1, 3).reshape(b * kv, length, h)
+    qf = _heads_split(qf.reshape(b, kv, g * length, h))
+    kf = _heads_split(k.transpose(0, 2, 1, 3))
+    vf = _heads_split(v.transpose(0, 2, 1, 3))
 
     def scores(keys, kpos, key_scale):
       logits = jnp.einsum(
-          "xqh,xsh->xqs",
+          "bkqh,bksh->bkqs",
           qf,
           keys.astype(dtype),
           preferred_element_type=jnp.float32,
       )
       if key_scale is not None:  # an int8 cache: q . (s k) = s (q . k)
-        logits = logits * key_scale[:, None, :]
+        logits = logits * key_scale[:, :, None, :]
       qp = positions[:, :, None]
       kp = kpos[:, None, :]
       visible = (kp >= 0) & (kp <= qp)
@@ -480,13 +481,13 @@ class Attention(nn.Module):
       # made the tiny model's update step ~4% faster on CPU.
       bias = jnp.where(visible, 0.0, _MASK_VALUE).astype(logits.dtype)
       logits = logits.reshape((b, kv, g, length, -1)) + bias[:, None, None]
-      return logits.reshape((b * kv, g * length, -1))
+      return logits.reshape((b, kv, g * length, -1))
 
     new_cache = None
     chunk = cfg.attention_chunk
     if cache is None and 0 < chunk < length and length % chunk == 0:
       out = _chunked_attention(
-          qf.reshape(b * kv, g, length, h), kf, vf, positions, key_pos,
+          qf.reshape(b, kv, g, length, h), kf, vf, positions, key_pos,
           window, chunk, dtype,
       )  # fmt: skip
       return self._out(out, b, kv, g, length, n, h, cfg), None
@@ -521,13 +522,13 @@ class Attention(nn.Module):
     probs = jax.nn.softmax(logits, axis=-1)
     out, offset = 0.0, 0
     for kk, vv, _, _, value_scale in parts:
-      size = kk.shape[1]
+      size = kk.shape[2]
       p = probs[..., offset : offset + size]
       if value_scale is not None:  # sum_s p_s (s_s v_s) = sum_s (p_s s_s) v_s
-        p = p * value_scale[:, None, :]
+        p = p * value_scale[:, :, None, :]
       p = p.astype(dtype)
       out = out + jnp.einsum(
-          "xqs,xsh->xqh",
+          "bkqs,bksh->bkqh",
           p,
           vv.astype(dtype),
           preferred_element_type=jnp.float32,
@@ -536,7 +537,7 @@ class Attention(nn.Module):
     return self._out(out, b, kv, g, length, n, h, cfg), new_cache
 
   def _out(self, out, b, kv, g, length, n, h, cfg):
-    """[b * kv, g * length, h] attention output -> the output projection."""
+    """[b, kv, g * length, h] attention output -> the output projection."""
     out = out.astype(jnp.dtype(cfg.dtype)).reshape(b, kv, g, length, h)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, length, n, h)
     out = constrain(out, "batch", "length", "heads", "head_dim")
@@ -545,24 +546,32 @@ class Attention(nn.Module):
     return checkpoint_name(y, "out_proj")
 
 
+def _heads_split(x: Array) -> Array:
+  """x [batch, kv_heads, ...] with its KV heads where the cache keeps them
+  (`kv_cache.CACHE_AXES`), when they divide the tensor axis; else as is."""
+  axes = ("batch", "cache_heads") + (None,) * (x.ndim - 2)
+  if kv_cache.fitted_axes(x.shape, axes)[1] is None:
+    return x
+  return constrain(x, *axes)
+
+
 def _chunked_attention(q, k, v, positions, key_pos, window, chunk, dtype):
   """Attention of `chunk` queries at a time against every key (no cache).
 
-  q: [x, g, L, h] (x = batch * kv_heads, g query heads per kv head); k, v:
-  [x, L, h]; positions, key_pos: [batch, L]. Returns [x, g * L, h] float32.
+  q: [b, kv, g, L, h] (g query heads per kv head); k, v: [b, kv, L, h];
+  positions, key_pos: [b, L]. Returns [b, kv, g * L, h] float32.
   Each query's softmax runs over all keys at once, so the result is the
   one-block attention's; each block is rematerialised, so a backward pass
   keeps [chunk, L] scores alive instead of [L, L].
   """
-  x, g, length, h = q.shape
-  b = positions.shape[0]
+  b, kv, g, length, h = q.shape
   n = length // chunk
 
   @jax.checkpoint
   def block(args):
     qc, qp = args
     logits = jnp.einsum(
-        "xgqh,xsh->xgqs", qc, k.astype(dtype),
+        "bkgqh,bksh->bkgqs", qc, k.astype(dtype),
         preferred_element_type=jnp.float32,
     )  # fmt: skip
     qp, kp = qp[:, :, None], key_pos[:, None, :]
@@ -570,17 +579,16 @@ def _chunked_attention(q, k, v, positions, key_pos, window, chunk, dtype):
     if window:
       visible &= qp - kp < window
     bias = jnp.where(visible, 0.0, _MASK_VALUE).astype(logits.dtype)
-    logits = logits.reshape((b, x // b, g, chunk, length)) + bias[:, None, None]
-    probs = jax.nn.softmax(logits, axis=-1).reshape((x, g, chunk, length))
+    probs = jax.nn.softmax(logits + bias[:, None, None], axis=-1)
     return jnp.einsum(
-        "xgqs,xsh->xgqh", probs.astype(dtype), v.astype(dtype),
+        "bkgqs,bksh->bkgqh", probs.astype(dtype), v.astype(dtype),
         preferred_element_type=jnp.float32,
     )  # fmt: skip
 
-  qs = q.reshape(x, g, n, chunk, h).transpose(2, 0, 1, 3, 4)
+  qs = q.reshape(b, kv, g, n, chunk, h).transpose(3, 0, 1, 2, 4, 5)
   ps = positions.reshape(b, n, chunk).transpose(1, 0, 2)
-  out = jax.lax.map(block, (qs, ps))  # [n, x, g, chunk, h]
-  return out.transpose(1, 2, 0, 3, 4).reshape(x, g * length, h)
+  out = jax.lax.map(block, (qs, ps))  # [n, b, kv, g, chunk, h]
+  return out.transpose(1, 2, 3, 0, 4, 5).reshape(b, kv, g * length, h)
 
 
 class MLP(nn.Module):

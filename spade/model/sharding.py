@@ -85,11 +85,12 @@ def make_mesh(mesh_config, devices: Sequence[Any] | None = None):
 
 # Logical axes every rule table needs, with the split they take where a
 # table (an older config's) leaves them out: a name the rules lack is
-# unsharded, and the decoding layout's tables and MLP kernels would then be
-# whole on every chip.
+# unsharded, and the decoding layout's tables and MLP kernels (and the KV
+# cache's heads) would then be whole on every chip.
 _IMPLIED = (
     ("decode_vocab", ("fsdp", "tensor")),
     ("decode_mlp", ("fsdp", "tensor")),
+    ("cache_heads", "tensor"),
 )
 
 

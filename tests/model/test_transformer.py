@@ -233,9 +233,9 @@ def test_cached_prefill_and_decode_match_full_forward(gemma, forward):
       np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5)
   # The sliding layers hold only the last 4 positions, in ring order.
   blocks = cache["layers"]
-  assert blocks["block_0"]["k"].shape == (1, 2 * 2, 4, 16)
+  assert blocks["block_0"]["k"].shape == (1, 2, 2, 4, 16)
   np.testing.assert_array_equal(blocks["block_0"]["pos"][0, 0], [8, 9, 10, 11])
-  assert blocks["block_2"]["k"].shape == (1, 2 * 2, 12, 16)
+  assert blocks["block_2"]["k"].shape == (1, 2, 2, 12, 16)
 
 
 def test_padding_is_never_attended(gemma, forward):
@@ -569,8 +569,8 @@ def test_published_sizes_scan_their_local_global_period():
   )  # 26 = 4 * 6 + 2
   assert cfg.stacks() == [("layers", 0, 4, 6), ("tail", 24, 1, 2)]
   cache = jax.eval_shape(lambda: kv_cache.init_cache(cfg, 2, 2000))
-  assert cache["layers"]["block_0"]["k"].shape == (4, 2, 512, 256)
-  assert cache["layers"]["block_5"]["k"].shape == (4, 2, 2000, 256)
+  assert cache["layers"]["block_0"]["k"].shape == (4, 2, 1, 512, 256)
+  assert cache["layers"]["block_5"]["k"].shape == (4, 2, 1, 2000, 256)
   assert cache["tail"]["block_1"]["pos"].shape == (1, 2, 512)
   assert architecture.ModelConfig.from_config(
       architecture.gemma3_shapes("270m")

@@ -142,7 +142,7 @@ def test_an_int8_cache_samples_what_the_lockstep_sampler_samples(ring):
   engine = _engine(cfg, temperature=0.0)
   layer = jax.eval_shape(lambda: engine.init_cache(2, 48))["layer_0"]
   assert layer["k"].dtype == layer["v"].dtype == np.int8
-  assert layer["k_scale"].shape == layer["k"].shape[:2]
+  assert layer["k_scale"].shape == layer["k"].shape[:-1]
   results = E.SlotServer(engine, params).run(_requests())
   assert len(results) == 6
   for res in results:
