@@ -149,8 +149,9 @@ def row_axes(init_cache, length: int):
   """Per cache leaf: (the axis holding the rows, entries per row), or None.
 
   Model-agnostic: the axis is the one that grows from a batch of one to a
-  batch of two; a leaf that merges rows with heads (`[B * kv_heads, ...]`)
-  holds each row's heads together, `kv_heads` entries per row.
+  batch of two (one entry per row in `kv_cache`'s layout; a cache that
+  merged rows with heads, `[B * kv_heads, ...]`, would hold each row's heads
+  together, `kv_heads` entries per row).
   """
   one = jax.eval_shape(lambda: init_cache(1, length))
   two = jax.eval_shape(lambda: init_cache(2, length))
