@@ -161,7 +161,6 @@ class Clock:
         hasattr(signal, "setitimer")
     )
     self._old_handler = None
-    self.armed = False
 
   def over(self) -> bool:
     """Whether the running call is past its budget."""
@@ -175,11 +174,11 @@ class Clock:
 
   def _on_alarm(self, signum, frame):
     del signum
-    if not self.armed:
+    if not self.in_call:
       return
     if frame is not None and _is_own(frame):
       return
-    if time.monotonic() >= self.deadline or (self.in_call and self.over()):
+    if time.monotonic() >= self.deadline or self.over():
       raise OutOfTime()
 
   def install(self) -> None:
@@ -190,7 +189,7 @@ class Clock:
       )
 
   def uninstall(self) -> None:
-    self.armed = False
+    self.in_call = False
     if self.alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
       signal.setitimer(signal.ITIMER_PROF, 0)
@@ -212,7 +211,6 @@ class Clock:
     self.call_start = (now, time.process_time())
     self.call_limit = call_s
     self.in_call = True
-    self.armed = True
     if self.alarm:
       # math_verify swaps the handler around its own alarm: take it back.
       if signal.getsignal(signal.SIGALRM) != self._on_alarm:
@@ -224,7 +222,6 @@ class Clock:
         signal.setitimer(signal.ITIMER_PROF, max(1e-3, call_s), self._REFIRE_S)
 
   def end(self) -> None:
-    self.armed = False
     self.in_call = False
     if self.alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
