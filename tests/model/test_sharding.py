@@ -192,18 +192,17 @@ def test_decoding_mlp_kernels_split_over_the_hidden_width():
 
 
 def _summed_shapes(hlo: str) -> set[str]:
-  """The result shapes of a compiled program's cross-chip sums."""
-  ops = re.findall(r"= (\S+) (?:all-reduce|reduce-scatter)(?:-start)?\(", hlo)
-  return set(ops)
+  """The result shapes of a compiled program's cross-chip sums (each of a
+  combined sum's results)."""
+  ops = re.findall(
+      r"= (\(.*?\)|\S+) (?:all-reduce|reduce-scatter)(?:-start)?\(", hlo
+  )
+  return {s for op in ops for s in re.findall(r"\w+\[[\d,]*\]", op)}
 
 
-def test_one_token_step_sums_down_only_not_the_mlp_hidden():
-  """A one-token step on the decoding layout (2x2x2 mesh, rows moving to the
-  weights): the MLP's hidden stays split where gate and up made it, so no
-  cross-chip sum has its width (96), only down's [rows, embed]; and the
-  logits equal one device's."""
-  cfg = config_lib.base_config().model
-  cfg.num_layers, cfg.mlp_dim = 2, 96
+def _one_token_step(cfg, mesh_sizes=(2, 2, 2)):
+  """(a one-token step's logits on one device, on the decoding layout over
+  `mesh_sizes`, the sharded program's HLO text)."""
   params = T.init_params(cfg, jax.random.key(0))
   per_layer = layout.to_per_layer_layout(params, cfg)
   model = T.Transformer(
@@ -216,7 +215,7 @@ def test_one_token_step_sums_down_only_not_the_mlp_hidden():
     return model.apply({"params": params}, tokens, positions, T.Role.AGENT)[0]
 
   single = jax.jit(forward)(per_layer, tokens, positions)
-  mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
+  mesh = sharding.make_mesh(_mesh_config(*mesh_sizes))
   rules = config_lib.base_config().mesh.rules
   where = sharding.fitted_param_shardings(per_layer, mesh, rules)
   placed = jax.device_put(per_layer, where)
@@ -225,6 +224,47 @@ def test_one_token_step_sums_down_only_not_the_mlp_hidden():
     step = jax.jit(forward, in_shardings=(where, batch, batch))
     hlo = step.lower(placed, tokens, positions).compile().as_text()
     sharded = step(placed, tokens, positions)
+  return single, sharded, hlo
+
+
+def test_decoding_kv_projections_split_over_the_cache_heads():
+  """The decoding layout's key and value kernels split their KV heads over
+  tensor, as the cache does ("cache_heads"): a one-token step sums each
+  chip's own head's keys and values (f32[rows, 1, 1, head_dim]), never
+  both heads' (every chip making every head's), and its logits equal one
+  device's. Query heads stay as trained; one KV head (tensor does not
+  divide it) keeps the train split."""
+  mesh = sharding.make_mesh(_mesh_config(2, 2, 2))
+  rules = config_lib.base_config().mesh.rules
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.num_heads = 2, 8  # 4 query heads a chip, 2 KV heads
+  params = layout.to_per_layer_layout(
+      T.init_params(cfg, jax.random.key(0)), cfg
+  )
+  attn = sharding.fitted_param_shardings(params, mesh, rules)["layer_1"]["attn"]
+  specs = {k: v["kernel"].spec for k, v in attn.items() if "kernel" in v}
+  assert specs["k_proj"] == specs["v_proj"] == P("fsdp", "tensor", None)
+  assert specs["q_proj"] == P("fsdp", "tensor", None)
+  single, sharded, hlo = _one_token_step(cfg)
+  np.testing.assert_allclose(sharded, single, atol=1e-5)
+  summed = _summed_shapes(hlo)
+  h = cfg.head_dim
+  assert any(s.endswith(f",1,1,{h}]") for s in summed), summed
+  assert not any(s.endswith(f",1,2,{h}]") for s in summed), summed
+  cfg.num_kv_heads = 1
+  one = layout.to_per_layer_layout(T.init_params(cfg, jax.random.key(0)), cfg)
+  attn = sharding.fitted_param_shardings(one, mesh, rules)["layer_1"]["attn"]
+  assert attn["k_proj"]["kernel"].spec == P("fsdp", None, None)
+
+
+def test_one_token_step_sums_down_only_not_the_mlp_hidden():
+  """A one-token step on the decoding layout (2x2x2 mesh, rows moving to the
+  weights): the MLP's hidden stays split where gate and up made it, so no
+  cross-chip sum has its width (96), only down's [rows, embed]; and the
+  logits equal one device's."""
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.mlp_dim = 2, 96
+  single, sharded, hlo = _one_token_step(cfg)
   np.testing.assert_allclose(sharded, single, atol=1e-5)
   summed = _summed_shapes(hlo)
   assert any(",64]" in s for s in summed), summed  # down's partial sums
