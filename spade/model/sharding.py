@@ -90,6 +90,8 @@ def make_mesh(mesh_config, devices: Sequence[Any] | None = None):
 _IMPLIED = (
     ("decode_vocab", ("fsdp", "tensor")),
     ("decode_mlp", ("fsdp", "tensor")),
+    ("decode_down", ("fsdp", "tensor")),
+    ("decode_embed", None),
     ("cache_heads", "tensor"),
 )
 

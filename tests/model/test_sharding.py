@@ -200,9 +200,10 @@ def _summed_shapes(hlo: str) -> set[str]:
   return {s for op in ops for s in re.findall(r"\w+\[[\d,]*\]", op)}
 
 
-def _one_token_step(cfg, mesh_sizes=(2, 2, 2)):
+def _one_token_step(cfg, rules=None, mesh_sizes=(2, 2, 2)):
   """(a one-token step's logits on one device, on the decoding layout over
-  `mesh_sizes`, the sharded program's HLO text)."""
+  `mesh_sizes` under `rules` (the base config's), the sharded program's HLO
+  text)."""
   params = T.init_params(cfg, jax.random.key(0))
   per_layer = layout.to_per_layer_layout(params, cfg)
   model = T.Transformer(
@@ -216,7 +217,7 @@ def _one_token_step(cfg, mesh_sizes=(2, 2, 2)):
 
   single = jax.jit(forward)(per_layer, tokens, positions)
   mesh = sharding.make_mesh(_mesh_config(*mesh_sizes))
-  rules = config_lib.base_config().mesh.rules
+  rules = rules or config_lib.base_config().mesh.rules
   where = sharding.fitted_param_shardings(per_layer, mesh, rules)
   placed = jax.device_put(per_layer, where)
   batch = sharding.batch_sharding(mesh, rules, 2)
@@ -268,4 +269,25 @@ def test_one_token_step_sums_down_only_not_the_mlp_hidden():
   np.testing.assert_allclose(sharded, single, atol=1e-5)
   summed = _summed_shapes(hlo)
   assert any(",64]" in s for s in summed), summed  # down's partial sums
+  assert not any("96" in s for s in summed), summed
+
+
+def test_one_token_step_with_down_on_the_train_split():
+  """A tensor-axis pod config's rules (`config.tpu_pod_config`): down
+  contracts the hidden over tensor only and keeps its output split over
+  fsdp, so no cross-chip sum is as wide as the embedding (64), only
+  [rows, embed / fsdp] (32); the logits equal one device's."""
+  pod = config_lib.tpu_pod_config(
+      {}, fsdp=2, tensor=2, checkpoint_kind="none", tokenizer_kind="bytes",
+      variant="", config_file="test",
+  )  # fmt: skip
+  rules = dict(pod.mesh.rules)
+  assert (rules["decode_down"], rules["decode_embed"]) == ("tensor", "fsdp")
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.mlp_dim = 2, 96
+  single, sharded, hlo = _one_token_step(cfg, pod.mesh.rules)
+  np.testing.assert_allclose(sharded, single, atol=1e-5)
+  summed = _summed_shapes(hlo)
+  assert any(s.endswith(",1,32]") for s in summed), summed
+  assert not any(s.endswith(",1,64]") for s in summed), summed
   assert not any("96" in s for s in summed), summed

@@ -391,10 +391,17 @@ def test_param_logical_axes_names_every_parameter(gemma):
       params, architecture.ModelConfig.from_config(_tiny())
   )
   per_layer = T.param_logical_axes(unstacked)
-  # Its MLP kernels are split over the hidden width alone, and its tables
-  # by their rows (`layers.DECODE_PARAM_AXES`); the rest as in training.
-  assert per_layer["layer_0"]["mlp"]["down"]["kernel"] == P("decode_mlp", None)
+  # Its MLP kernels take the decoding layout's names for the hidden width
+  # (and down's output), its key and value kernels the cache's heads, and
+  # its tables are split by their rows (`layers.DECODE_PARAM_AXES`); the
+  # rest as in training.
+  assert per_layer["layer_0"]["mlp"]["down"]["kernel"] == P(
+      "decode_down", "decode_embed"
+  )
   assert per_layer["layer_0"]["mlp"]["up"]["kernel"] == P(None, "decode_mlp")
+  assert per_layer["layer_0"]["attn"]["k_proj"]["kernel"] == P(
+      "embed", "cache_heads", "head_dim"
+  )
   assert per_layer["layer_0"]["attn"]["o_proj"]["kernel"] == P(
       "heads", "head_dim", "embed"
   )
