@@ -15,9 +15,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from spade.model import architecture
+from spade.model import mesh_fit
 
 Array = jax.Array
 # {stack: {block: {"k", "v", "pos": array}}}, or {layer: {...}} per layer.
@@ -51,14 +51,8 @@ def fitted_axes(shape, axes) -> tuple[str | None, ...]:
   if mesh.empty:
     return tuple(axes)
   spec = nn.logical_to_mesh_axes(tuple(axes), nn.get_logical_axis_rules())
-  out = []
-  for size, name, entry in zip(shape, axes, spec):
-    names = () if entry is None else (
-        entry if isinstance(entry, tuple) else (entry,)
-    )  # fmt: skip
-    ways = int(np.prod([mesh.shape[n] for n in names]))
-    out.append(name if size % ways == 0 else None)
-  return tuple(out)
+  ok = mesh_fit.divides(mesh, tuple(shape)[: len(axes)], spec)
+  return tuple(name if fits else None for name, fits in zip(axes, ok))
 
 
 def quantize(x: Array) -> tuple[Array, Array]:

@@ -32,6 +32,7 @@ import numpy as np
 
 from spade.model import architecture
 from spade.model import kv_cache
+from spade.model import mesh_fit
 
 Array = jax.Array
 
@@ -202,22 +203,12 @@ def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
   return cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
 
 
-def split_ways(mesh, entry) -> int:
-  """How many pieces one `PartitionSpec` entry (None, a mesh axis or a
-  tuple of them) cuts a dimension into on `mesh`."""
-  if entry is None:
-    return 1
-  names = entry if isinstance(entry, tuple) else (entry,)
-  return int(np.prod([mesh.shape[n] for n in names]))
-
-
 def fit_sharding(leaf, sharding):
   """`sharding` with the mesh axes dropped from each dimension of `leaf`
   they do not divide evenly (that dimension whole)."""
   spec = list(sharding.spec) + [None] * (np.ndim(leaf) - len(sharding.spec))
-  for dim, entry in enumerate(spec):
-    if np.shape(leaf)[dim] % split_ways(sharding.mesh, entry):
-      spec[dim] = None
+  ok = mesh_fit.divides(sharding.mesh, np.shape(leaf), spec)
+  spec = [entry if fits else None for entry, fits in zip(spec, ok)]
   return jax.sharding.NamedSharding(
       sharding.mesh, jax.sharding.PartitionSpec(*spec)
   )
@@ -236,7 +227,7 @@ def decode_fits(key: tuple[str, str], shape, mesh=None, rules=None) -> bool:
   if rules is None:
     rules = nn.get_logical_axis_rules()
   spec = nn.logical_to_mesh_axes(DECODE_PARAM_AXES[key], rules)
-  return all(size % split_ways(mesh, e) == 0 for size, e in zip(shape, spec))
+  return all(mesh_fit.divides(mesh, shape, spec))
 
 
 def decode_logits(x: Array) -> Array:

@@ -101,7 +101,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spade.model import layers
+from spade.model import mesh_fit
 from spade.model import sharding
 from spade.sampling import sampler as sampler_lib
 
@@ -417,7 +417,7 @@ class SlotEngine:
         self.mesh, self.rules, "decode_batch", "decode_vocab"
     ).spec
     rows, axes = (tuple(spec) + (None, None))[:2]
-    n = layers.split_ways(self.mesh, axes)
+    n = mesh_fit.split_ways(self.mesh, axes)
     axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
     k = 1 if self.temperature == 0 else self.top_k
     if n <= 1 or vocab % n or not 0 < k <= vocab // n:
