@@ -372,7 +372,10 @@ class Linear(nn.Module):
       # per-layer tree a one-token step runs on holds.
       axes = DECODE_PARAM_AXES[(self.name, "kernel")]
     if move_rows:
-      x = rows_to_weights(x, axes[:c])
+      # The step's one position dropped: [rows, *in] (a length axis of 1
+      # between the rows and the widths let XLA tile the gathered hidden
+      # [rows, 1, mlp / tensor] 16 times over its size).
+      x = rows_to_weights(x[:, 0], axes[:c])
     # Float32 accumulation whatever the activations' type; one rounding to
     # `dtype` at the end.
     y = jax.lax.dot_general(
@@ -406,6 +409,8 @@ class Linear(nn.Module):
           pdt,
       )
       y = y + bias.astype(jnp.float32)
+    if move_rows:
+      y = y[:, None]
     return y.astype(dtype)
 
 
