@@ -91,6 +91,16 @@ DECODE_PARAM_AXES = {
 # train split) gate and up each gave float32 partial sums of [rows, mlp]
 # instead, and the hidden went whole to every chip for down: on the Gemma 3
 # 1B's every-slot step, 16 MiB a generated token of a 51 MiB minimum.
+# Down's own names say how it meets that hidden: by default ("decode_down"
+# as "decode_mlp", "decode_embed" whole) each chip sums its columns into
+# float32 partial sums of [rows, embed], reduced across the whole mesh. The
+# pod configs with a tensor axis (`config.tpu_pod_config`) give down the
+# train split instead ("decode_down" -> tensor, "decode_embed" -> fsdp, and
+# gate and up's hidden over tensor first): the hidden is gathered over fsdp
+# (bf16 [rows, mlp / tensor]) and the partial sums are [rows, embed /
+# fsdp], summed over tensor only. Per generated row that moves 2 mlp /
+# tensor + 8 embed / fsdp bytes against 8 embed: on the Gemma 3 27B's
+# (v5p-256) local layers, down's 10.9 MiB a step became 3.5.
 DECODE_PARAM_AXES.update(
     {
         ("gate", "kernel"): (None, "decode_mlp"),
@@ -98,16 +108,6 @@ DECODE_PARAM_AXES.update(
         ("down", "kernel"): ("decode_down", "decode_embed"),
     }
 )
-# Down's own names say how it meets that hidden: by default ("decode_down"
-# as "decode_mlp", "decode_embed" whole) each chip sums its columns into
-# float32 partial sums of [rows, embed], reduced across the whole mesh. A
-# pod config with a tensor axis can give down the train split instead
-# ("decode_down" -> tensor, "decode_embed" -> fsdp, gate and up's hidden
-# over tensor first: `config.tpu_pod_config`'s `mlp_2d`): the hidden is
-# gathered over fsdp (bf16 [rows, mlp / tensor]) and the partial sums are
-# [rows, embed / fsdp], summed over tensor only. Per generated row that is
-# 2 mlp / tensor + 8 embed / fsdp bytes moved against 8 embed: on the
-# Gemma 3 27B's (v5p-256) local layers, down's 10.9 MiB a step became 3.5.
 # And the key and value projections split over their KV heads as the cache
 # keeps them ("cache_heads", `kv_cache.CACHE_AXES`), where those divide the
 # mesh's axis: a chip makes its own heads' keys and values (float32 partial
