@@ -51,7 +51,7 @@ def fitted_axes(shape, axes) -> tuple[str | None, ...]:
   if mesh.empty:
     return tuple(axes)
   spec = nn.logical_to_mesh_axes(tuple(axes), nn.get_logical_axis_rules())
-  ok = mesh_fit.divides(mesh, tuple(shape)[: len(axes)], spec)
+  ok = mesh_fit.divides(mesh, shape, spec)
   return tuple(name if fits else None for name, fits in zip(axes, ok))
 
 

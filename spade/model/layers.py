@@ -467,8 +467,9 @@ class Attention(nn.Module):
     # made them on (its decoding layout splits them as the cache does).
     kv_axes = ("batch", "length", "kv_heads", "head_dim")
     if stationary(cfg, x):
-      kv_axes = kv_cache.fitted_axes(k.shape, kv_axes[:2] + ("cache_heads",))
-      kv_axes += ("head_dim",)
+      kv_axes = kv_cache.fitted_axes(
+          k.shape, ("batch", "length", "cache_heads", "head_dim")
+      )
     k = constrain(k, *kv_axes)
     v = constrain(v, *kv_axes)
     if cfg.qk_norm:

@@ -66,6 +66,7 @@ MOVE = 0.03  # the least change of P(a TARGET level) each way
 RATIO = 2.0  # blend's mixed share over the uniform pool's, at least
 
 
+@functools.lru_cache(maxsize=None)
 def _experiment():
   path = os.path.join(ROOT, "experiments", "curriculum.py")
   spec = importlib.util.spec_from_file_location("curriculum_experiment", path)
