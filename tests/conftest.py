@@ -10,6 +10,16 @@ removed at the end. The tiny model's programs are the same in many tests
 (each run of the loop compiles its sampler and update again), so later
 compilations are loads. A cache from outside the session is never used:
 set SPADE_TEST_JAX_CACHE=0 to compile everything afresh.
+
+XLA compiles the tests' programs with LLVM's optimisation off
+(SPADE_TEST_XLA_FLAGS, default `--xla_backend_optimization_level=0`): the
+tiny model's programs run for milliseconds and took seconds to optimise,
+and the suite spends more time compiling than running. Every comparison a
+test makes is between programs compiled the same way. The processes the
+tests start (a `spade.main` run, the eval CLI, the notebook's kernel) get
+the same flags, with one host device as a user's CPU run has, not the
+eight fake ones. SPADE_TEST_XLA_FLAGS= (empty) compiles as a user's run
+does.
 """
 
 import itertools
@@ -17,9 +27,15 @@ import os
 import shutil
 import tempfile
 
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "")
-    + " --xla_force_host_platform_device_count=8"
+os.environ.setdefault(
+    "SPADE_TEST_XLA_FLAGS", "--xla_backend_optimization_level=0"
+)
+os.environ["XLA_FLAGS"] = " ".join(
+    [
+        os.environ.get("XLA_FLAGS", ""),
+        os.environ["SPADE_TEST_XLA_FLAGS"],
+        "--xla_force_host_platform_device_count=8",
+    ]
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 

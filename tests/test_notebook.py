@@ -56,7 +56,7 @@ def test_quickstart_runs_top_to_bottom(tmp_path, monkeypatch):
   # One host device, as a Colab CPU runtime has (the harness fakes eight,
   # whose in-process collectives can miss XLA's 40 s rendezvous on a
   # loaded 2-core machine and abort the kernel).
-  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  monkeypatch.setenv("XLA_FLAGS", os.environ.get("SPADE_TEST_XLA_FLAGS", ""))
   nb = nbformat.read(NOTEBOOK, as_version=4)
   client = NotebookClient(
       nb,

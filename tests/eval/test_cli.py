@@ -19,7 +19,7 @@ def _run_cli(workdir, *args, path=None):
   if path is not None:
     env["PATH"] = path
   # One CPU device is enough for the CLI; the fake 8 are for sharding tests.
-  env["XLA_FLAGS"] = ""
+  env["XLA_FLAGS"] = os.environ.get("SPADE_TEST_XLA_FLAGS", "")
   proc = subprocess.run(
       [
           sys.executable,

@@ -484,7 +484,7 @@ def test_prompt_is_the_references_rg_prompt(suite_items):
 @pytest.mark.slow
 def test_cli_rg_hard(tmp_path):
   workdir = str(tmp_path / "w")
-  env = dict(os.environ, XLA_FLAGS="")
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("SPADE_TEST_XLA_FLAGS", ""))
   proc = subprocess.run(
       [
           sys.executable,

@@ -219,7 +219,7 @@ def test_the_designer_follows_regret_only_with_the_hint():
   # One process for the three runs (they share one warm start), with one
   # host device as a user's run has (the test harness fakes eight).
   env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = os.environ.get("SPADE_TEST_XLA_FLAGS", "")
   proc = subprocess.run(
       [sys.executable, os.path.abspath(__file__)],
       cwd=ROOT,

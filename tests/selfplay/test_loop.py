@@ -38,7 +38,8 @@ def _main(workdir, iterations, extra=(), **kwargs):
   """Starts a run; its output goes to WORKDIR.log (a pipe nobody reads
   while the run goes on would fill and stall it)."""
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)  # one CPU device, like a user's first run
+  # One CPU device, like a user's first run.
+  env["XLA_FLAGS"] = os.environ.get("SPADE_TEST_XLA_FLAGS", "")
   return subprocess.Popen(
       [
           sys.executable,
@@ -166,7 +167,7 @@ def test_fixed_pool_baseline_with_warm_start(tmp_path):
   """The baseline: no designer, seed environments only, after a warm start."""
   workdir = str(tmp_path / "fp")
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = os.environ.get("SPADE_TEST_XLA_FLAGS", "")
   proc = subprocess.run(
       [
           sys.executable,

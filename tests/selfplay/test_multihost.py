@@ -33,7 +33,12 @@ def _env(devices: int) -> dict:
   env = dict(os.environ)
   env["JAX_PLATFORMS"] = "cpu"
   # Replaces conftest's 8-device flag: each process gets `devices`.
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  env["XLA_FLAGS"] = " ".join(
+      [
+          os.environ.get("SPADE_TEST_XLA_FLAGS", ""),
+          f"--xla_force_host_platform_device_count={devices}",
+      ]
+  ).strip()
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   # A hung run is stopped with SIGABRT, so its log shows where it hung.
   env["PYTHONFAULTHANDLER"] = "1"

@@ -35,7 +35,7 @@ def _recipe(arg):
 def _run(variant, workdir, iterations, extra=()):
   """One spade.main run; returns its output (asserting it succeeded)."""
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = os.environ.get("SPADE_TEST_XLA_FLAGS", "")
   proc = subprocess.run(
       [
           sys.executable,
