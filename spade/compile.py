@@ -1161,8 +1161,8 @@ def main(argv: list[str]) -> None:
   config = f.config
   try:
     config_lib.validate(config)
-    topology_lib.parse(f.topology)
-  except (config_lib.ConfigError, topology_lib.TopologyError) as e:
+    sharding.make_mesh(config.mesh, topology_lib.parse(f.topology).devices())
+  except (config_lib.ConfigError, topology_lib.TopologyError, ValueError) as e:
     sys.exit(f"spade.compile: {e}")
   try:
     _roles(f.roles)

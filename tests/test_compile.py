@@ -429,3 +429,13 @@ def test_a_decode_step_moves_rows_not_weights(layout):
     assert in_loop < 0.05 * weights, (in_loop, weights, b.lines())
   else:
     assert in_loop > 0.4 * weights, (in_loop, weights, b.lines())
+
+
+def test_a_mesh_off_the_slices_torus_says_which_sizes_fit():
+  from spade.model import sharding  # pylint: disable=g-import-not-at-top
+
+  devices = topology.parse("v5p-128").devices()  # 64 chips, a 4x4x4 torus
+  good = sharding.make_mesh({"data": -1, "fsdp": 16, "tensor": 4}, devices)
+  assert dict(good.shape) == {"data": 1, "fsdp": 16, "tensor": 4}
+  with pytest.raises(ValueError, match=r"data=2, fsdp=8, tensor=4.*4x4x4"):
+    sharding.make_mesh({"data": -1, "fsdp": 8, "tensor": 4}, devices)

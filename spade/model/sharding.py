@@ -76,11 +76,35 @@ def make_mesh(mesh_config, devices: Sequence[Any] | None = None):
   Args:
     mesh_config: `config.mesh` (keys data, fsdp, tensor; -1 = the rest).
     devices: defaults to `jax.devices()`.
+
+  Raises:
+    ValueError: `mesh_shape`'s, or the sizes do not lie on a TPU slice's
+      torus of chips (each axis a product of whole sides).
   """
   devices = list(jax.devices() if devices is None else devices)
   shape = mesh_shape(mesh_config, len(devices))
-  grid = mesh_utils.create_device_mesh(shape, devices=devices)
+  try:
+    grid = mesh_utils.create_device_mesh(shape, devices=devices)
+  except NotImplementedError as e:
+    # TPU chips sit on a torus, and XLA's collectives want each mesh axis
+    # to be whole sides of it.
+    torus = "x".join(str(n) for n in _torus(devices))
+    sizes = ", ".join(f"{a}={n}" for a, n in zip(AXES, shape))
+    raise ValueError(
+        f"config.mesh ({sizes}) does not fit this slice's {torus} torus of"
+        " chips: each of data, fsdp and tensor must be a product of some of"
+        " the torus's sides, each side used once. Choose config.mesh sizes"
+        " that are."
+    ) from e
   return jax.sharding.Mesh(grid, AXES)
+
+
+def _torus(devices) -> tuple[int, ...]:
+  """The sides of the chips' torus (their coordinates' extents)."""
+  coords = np.array([d.coords for d in devices if hasattr(d, "coords")])
+  if not coords.size:
+    return ()
+  return tuple(int(n) for n in coords.max(0) - coords.min(0) + 1)
 
 
 # Logical axes every rule table needs, with the split they take where a
