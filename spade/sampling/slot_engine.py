@@ -355,6 +355,12 @@ class SlotEngine:
     return sampler_lib.slot_axes(self.init_cache, self.cache_length)
 
   @functools.cached_property
+  def _ring_axes(self):
+    """`_slot_axes` with a sliding window's ring's too: from a cache of
+    one step to one of two, every leaf's slot axis grows."""
+    return sampler_lib.slot_axes(self.init_cache, 1)
+
+  @functools.cached_property
   def can_continue(self) -> bool:
     """Whether a slot's cache can be continued: every cache leaf's size
     follows the cache length (no sliding window's ring within it)."""
@@ -757,14 +763,22 @@ class SlotEngine:
     steps, state, toks, lps = jax.lax.while_loop(
         cond, body, (jnp.int32(0), state, toks, lps)
     )
-    if not whole:
-      # Only the call's own steps were written: the window's steps from
-      # clock - w0 go back to their ring slots (past `most`: nowhere).
+    # Only the call's own steps were written: they go back to their ring
+    # slots (past `most`: nowhere), the rest of the rows as it was. (On
+    # the whole cache a gathered call put its rows back whole, reading and
+    # writing its rows' cache once more a call.)
+    if not whole or index is not None:
       j = jnp.arange(n, dtype=jnp.int32)
-      src = jnp.minimum(clock - w0 + j, window - 1)
-      dst = jnp.where(j < most, (clock + j) % c, c + j)
 
       def put(x, y, spec, t):
+        if whole:
+          # Each ring slot once: a sliding layer's ring shorter than the
+          # call holds only the call's last steps.
+          size = x.shape[t]
+          src = dst = (clock + j[max(n - size, 0) :]) % size
+        else:
+          src = jnp.minimum(clock - w0 + j, window - 1)
+          dst = jnp.where(j < most, (clock + j) % c, c + j)
         y = jnp.take(y, src, axis=t, mode="wrap")
         if index is not None:
           return _rows_put(x, y, spec, index, t, dst, self.mesh)
@@ -773,13 +787,7 @@ class SlotEngine:
         )
 
       state = dict(state, cache=jax.tree.map(
-          put, full, state["cache"], self._row_axes, self._slot_axes
-      ))  # fmt: skip
-    elif index is not None:
-      state = dict(state, cache=jax.tree.map(
-          lambda x, y, spec: _rows_put(x, y, spec, index, mesh=self.mesh),
-          full,
-          state["cache"], self._row_axes,
+          put, full, state["cache"], self._row_axes, self._ring_axes
       ))  # fmt: skip
     return state, toks, lps, steps
 
