@@ -201,6 +201,38 @@ def _rows_take(x, spec, index, mesh=None):
   return y.reshape(s[:axis] + (-1,) + s[axis + 1 :])
 
 
+def _slices_put_times(x, y, spec, index, t, starts, block):
+  """x with the rows `index` (int32[b]) names set to y's (its rows in
+  order) at the `block` times from each of `starts` (int32[k], on time
+  axis `t`): k in-place slice updates a row."""
+  axis, per_row = spec
+  sizes = list(y.shape)
+  sizes[axis], sizes[t] = per_row, block
+  for j in range(index.shape[0]):
+    for i in range(starts.shape[0]):
+      # One slice of y moved straight into x's (a row cut out of y first
+      # is a copy of the row).
+      at = [jnp.int32(0)] * x.ndim
+      at[axis], at[t] = jnp.int32(j * per_row), starts[i]
+      part = jax.lax.dynamic_slice(y, at, sizes)
+      at[axis] = index[j] * per_row
+      x = jax.lax.dynamic_update_slice(x, part, at)
+  return x
+
+
+def _rows_put_times(x, y, spec, index, t, starts, block, mesh=None):
+  """`_slices_put_times` on the rows `index` names (as for `_rows_take`),
+  y holding them whole; with a mesh, each chip puts its own."""
+  if mesh is not None:
+    put = lambda x, y, ix, st: _slices_put_times(x, y, spec, ix[0], t, st,
+                                                 block)  # fmt: skip
+    return _on_own_rows(mesh, put, spec, (x, y), index, starts)
+  sh = index.shape[0]
+  per = x.shape[spec[0]] // (spec[1] * sh)  # rows a shard
+  rows = (jnp.arange(sh, dtype=index.dtype)[:, None] * per + index).ravel()
+  return _slices_put_times(x, y, spec, rows, t, starts, block)
+
+
 def _rows_put(x, y, spec, index, t=None, steps=None, mesh=None):
   """x with the rows `index` names (as for `_rows_take`) set to y's; with
   a time axis `t` and `steps` (int32[n]; past the axis: dropped), only
@@ -772,13 +804,19 @@ class SlotEngine:
 
       def put(x, y, spec, t):
         if whole:
-          # Each ring slot once: a sliding layer's ring shorter than the
-          # call holds only the call's last steps.
+          # y holds the rows whole, so any of their slots can go back: the
+          # call's `n` from its first (up to the ring's end, where a slice
+          # stops) and the first `n`, which hold the rest of a call that
+          # wrapped. (A sliding layer's ring no longer than the call goes
+          # back whole.)
           size = x.shape[t]
-          src = dst = (clock + j[max(n - size, 0) :]) % size
-        else:
-          src = jnp.minimum(clock - w0 + j, window - 1)
-          dst = jnp.where(j < most, (clock + j) % c, c + j)
+          block = min(n, size)
+          starts = [jnp.minimum(clock % size, size - block)]
+          starts = jnp.stack(starts + [jnp.int32(0)] * (block < size))
+          return _rows_put_times(x, y, spec, index, t, starts, block,
+                                 self.mesh)  # fmt: skip
+        src = jnp.minimum(clock - w0 + j, window - 1)
+        dst = jnp.where(j < most, (clock + j) % c, c + j)
         y = jnp.take(y, src, axis=t, mode="wrap")
         if index is not None:
           return _rows_put(x, y, spec, index, t, dst, self.mesh)

@@ -382,6 +382,27 @@ def test_generate_on_the_live_rows_samples_what_each_samples_alone(
   )
 
 
+def test_gathered_calls_put_back_the_slots_a_rings_wrap_wrote(ring):
+  """The sliding layers' ring holds 4 slots and a call makes 3 steps, so
+  most calls' steps wrap around it. Rows that live through several calls
+  on fewer rows than the slots (each call takes them out, steps them and
+  puts back the slots its steps wrote, the wrapped ones too) sample what
+  each samples alone."""
+  cfg, params = ring
+  engine = _engine(cfg, slots=4, min_rows=1, temperature=1.0,
+                   cache_length=64, min_window=8)  # fmt: skip
+  server = E.SlotServer(engine, params)
+  results = []
+  server.run(_requests(PROMPTS[:3], [NEW, 3, 7], seed=5),
+             on_result=results.append)  # fmt: skip
+  # The longest row ran through four calls, none on every slot.
+  assert sum(server.rows.values()) == 4 and 4 not in server.rows, server.rows
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, 1.0)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+
+
 def test_windows_are_few_and_bounded(ring, flat):
   """Windows: w and 3w/2 per octave from `min_window`, then the whole
   cache; a ring-buffer model (or min_window 0) only ever the whole cache."""
