@@ -306,6 +306,13 @@ class SlotEngine:
       its rows' cache out and puts it back, so on a TPU slice a count near
       `slots` can read more a step than every slot does (`spade.compile
       --bytes_breakdown` prints where gathering stops paying).
+    put_steps_from: a gathered call on the whole cache with at least
+      this many rows a shard puts back only the slots its steps wrote;
+      with fewer, its rows whole. (Compiled for TPU slices, the Gemma 3
+      1B's and 12B's calls on 2-4 rows a chip read more with the
+      steps-only put: XLA's memory-space assignment moved the loop's
+      weights through more VMEM copies. From 6, every count read less:
+      docs/scale.md.)
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and its logical axis rules (`config.mesh.
       rules`; needed with a mesh, as for `Sampler`).
@@ -327,6 +334,7 @@ class SlotEngine:
   append_tokens: int = 32
   min_rows: int = 0
   max_gathered_rows: int = 0
+  put_steps_from: int = 6
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -358,6 +366,8 @@ class SlotEngine:
       raise ValueError(
           f"max_gathered_rows={self.max_gathered_rows} must be >= 0"
       )
+    if self.put_steps_from < 1:
+      raise ValueError(f"put_steps_from={self.put_steps_from} must be >= 1")
     if self.mesh is not None and not self.rules:
       raise ValueError(
           "a mesh needs its logical axis rules: pass rules=config.mesh.rules"
@@ -796,13 +806,15 @@ class SlotEngine:
         cond, body, (jnp.int32(0), state, toks, lps)
     )
     # Only the call's own steps were written: they go back to their ring
-    # slots (past `most`: nowhere), the rest of the rows as it was. (On
-    # the whole cache a gathered call put its rows back whole, reading and
-    # writing its rows' cache once more a call.)
+    # slots (past `most`: nowhere), the rest of the rows as it was. On the
+    # whole cache, a gathered call with fewer than `put_steps_from` rows a
+    # shard puts its rows back whole.
     if not whole or index is not None:
       j = jnp.arange(n, dtype=jnp.int32)
 
       def put(x, y, spec, t):
+        if whole and index.shape[1] < self.put_steps_from:
+          return _rows_put(x, y, spec, index, mesh=self.mesh)
         if whole:
           # y holds the rows whole, so any of their slots can go back: the
           # call's `n` from its first (up to the ring's end, where a slice

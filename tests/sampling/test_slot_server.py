@@ -390,7 +390,7 @@ def test_gathered_calls_put_back_the_slots_a_rings_wrap_wrote(ring):
   each samples alone."""
   cfg, params = ring
   engine = _engine(cfg, slots=4, min_rows=1, temperature=1.0,
-                   cache_length=64, min_window=8)  # fmt: skip
+                   cache_length=64, min_window=8, put_steps_from=1)  # fmt: skip
   server = E.SlotServer(engine, params)
   results = []
   server.run(_requests(PROMPTS[:3], [NEW, 3, 7], seed=5),
