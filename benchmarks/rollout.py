@@ -2,6 +2,7 @@ r"""The same multi-turn workload played lock-step and through the slot engine.
 
   python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=16]
       [--episodes=RUN/programs/iter_000001/episodes.jsonl,...] [--repeats=3]
+      [--put_steps_from=6]
 
 The tiny model (configs/tiny.py's, random weights, float32, CPU), sampled
 at temperature 1 with no stop ids: every reply ends at its scripted length
@@ -330,6 +331,12 @@ def main() -> None:
       "--share_prefixes", type=int, default=1,
       help="1: the engine copies shared first prompts (the default); 0: off",
   )  # fmt: skip
+  parser.add_argument(
+      "--put_steps_from", type=int,
+      default=slot_engine.SlotEngine.put_steps_from,
+      help="a gathered call of at least this many rows puts back only its"
+      " steps' slots, fewer their rows whole (SlotEngine.put_steps_from)",
+  )  # fmt: skip
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument(
@@ -354,6 +361,7 @@ def main() -> None:
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
       decode_steps=args.decode_steps, temperature=1.0,
       share_prefixes=bool(args.share_prefixes), min_rows=args.min_rows,
+      put_steps_from=args.put_steps_from,
   )  # fmt: skip
   make = dict(replay=replay_workload, synthetic=synthetic_workload)
   source = "synthesised"
