@@ -691,6 +691,7 @@ def slot_engine(config, mesh, rules, role: str):
       decode_steps=c.sampling.decode_steps,
       min_rows=c.sampling.min_rows,
       max_gathered_rows=c.sampling.max_gathered_rows,
+      put_steps_from=c.sampling.put_steps_from,
       temperature=section.temperature,
       top_k=section.top_k,
       top_p=section.top_p,

@@ -178,6 +178,12 @@ def base_config() -> ConfigDict:
   # than every slot (`spade.compile --engine --bytes_breakdown` prints
   # `<role>_gather_pays_up_to=`).
   c.sampling.max_gathered_rows = 0
+  # A gathered call on the whole cache with at least this many rows a shard
+  # puts back only the slots its steps wrote, fewer their rows whole
+  # (compiled for v5p, 2-4 rows a chip read more with the steps-only put;
+  # from 6 every count read less: docs/scale.md). `spade.compile --engine`
+  # measures another value on another slice.
+  c.sampling.put_steps_from = 6
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -1054,6 +1060,11 @@ def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
     raise ConfigError(
         "config.sampling.max_gathered_rows="
         f"{config.sampling.max_gathered_rows} must be >= 0 (0: no cap)"
+    )
+  if config.sampling.put_steps_from < 1:
+    raise ConfigError(
+        f"config.sampling.put_steps_from={config.sampling.put_steps_from}"
+        " must be >= 1 (rows a shard; a large value keeps the whole-row put)"
     )
   for key in ("step_timeout_s", "call_timeout_s", "validate_timeout_s"):
     if config.sandbox[key] < 0:

@@ -315,6 +315,7 @@ class Engine:
           decode_steps=c.sampling.decode_steps,
           min_rows=c.sampling.min_rows,
           max_gathered_rows=c.sampling.max_gathered_rows,
+          put_steps_from=c.sampling.put_steps_from,
           temperature=float(temperature),
           top_k=int(top_k),
           top_p=float(top_p),

@@ -13,6 +13,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from spade import compile as compile_lib
 from spade import config as config_lib
 from spade.model import sharding
 from spade.model import transformer as T
@@ -328,6 +329,23 @@ def test_max_gathered_rows_caps_the_gathered_counts():
   c.sampling.max_gathered_rows = -1
   with pytest.raises(config_lib.ConfigError, match="max_gathered_rows=-1"):
     config_lib.validate(c)
+
+
+def test_put_steps_from_is_checked_and_reaches_the_engine():
+  """`sampling.put_steps_from` under 1 is refused by the config and the
+  engine alike; a valid one is the engine `spade.compile` builds."""
+  none = lambda *a: None
+  with pytest.raises(ValueError, match="put_steps_from=0"):
+    slot_engine.SlotEngine(none, none, pad_id=PAD, put_steps_from=0)
+  c = config_lib.base_config()
+  c.sampling.put_steps_from = 0
+  with pytest.raises(config_lib.ConfigError, match="put_steps_from=0"):
+    config_lib.validate(c)
+  c = config_lib.base_config()
+  c.sampling.put_steps_from = 9
+  mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+  engine = compile_lib.slot_engine(c, mesh, c.mesh.rules, "agent")
+  assert engine.put_steps_from == 9
 
 
 @pytest.mark.slow
