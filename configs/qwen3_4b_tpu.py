@@ -44,7 +44,7 @@ def qwen3_tpu_config(size: str, arg: str | None = None):
   """
   if size not in MESH:
     raise ValueError(f"unknown Qwen3 size {size!r}; one of {sorted(MESH)}")
-  return config_lib.tpu_pod_config(
+  c = config_lib.tpu_pod_config(
       architecture.qwen3_shapes(size),
       fsdp=MESH[size][0],
       tensor=MESH[size][1],
@@ -53,6 +53,12 @@ def qwen3_tpu_config(size: str, arg: str | None = None):
       variant=arg,
       config_file=f"configs/qwen3_{size}_tpu.py",
   )
+  # Every gathered count puts back only its steps' slots: compiled for
+  # v5p-32 (2026-12-07), the 16-64-row calls (1-4 rows a chip) read less so
+  # than with their rows put back whole (4B 1.15-1.28 -> 1.12-1.22 of the
+  # minimum, 8B 1.19-1.32 -> 1.16-1.26), unlike Gemma 3's (docs/scale.md).
+  c.sampling.put_steps_from = 1
+  return c
 
 
 def get_config(arg=None):

@@ -876,9 +876,9 @@ def tpu_pod_config(
   # (`spade.compile --engine --bytes_breakdown`, 2026-12-06: Gemma 3 1B on a
   # v5p-8 0.14-0.82 of every slot's bytes at 4-192 rows of 256, 4B on a
   # v5p-32 0.21-0.95 at 16-192; docs/scale.md). The 12B and 27B's every
-  # count fits (compiled 2026-12-06); the Qwen3 configs' were not
-  # compiled gathered: `spade.compile --engine` checks that every count
-  # fits before a run.
+  # count fits (compiled 2026-12-06), and the Qwen3 4B's and 8B's on v5p-32
+  # (2026-12-07, 0.81 of every slot's step at 192 rows); `spade.compile
+  # --engine` checks that every count fits before a run.
   c.sampling.max_gathered_rows = 0
 
   c.regret.estimator = "reference"
