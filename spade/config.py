@@ -997,6 +997,19 @@ def _get(config: ConfigDict, dotted: str):
   return node
 
 
+def slot_engine_options(sampling: ConfigDict) -> dict[str, int]:
+  """The `SlotEngine` arguments `config.sampling` sets as they are (the
+  slot and prefill-row counts, rounded to the mesh, are the caller's): one
+  place for the loop's engine and `spade.compile`'s copy of it."""
+  return dict(
+      prefill_chunk=sampling.prefill_chunk,
+      decode_steps=sampling.decode_steps,
+      min_rows=sampling.min_rows,
+      max_gathered_rows=sampling.max_gathered_rows,
+      put_steps_from=sampling.put_steps_from,
+  )
+
+
 def validate(config: ConfigDict, reference: ConfigDict | None = None) -> None:
   """Checks keys, types and combinations; raises `ConfigError` on the first.
 

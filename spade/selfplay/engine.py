@@ -30,6 +30,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from spade import config as config_lib
 from spade import console
 from spade.agent import prompts as agent_prompts
 from spade.environments import library
@@ -308,14 +309,10 @@ class Engine:
           stop_ids=tuple(int(i) for i in self.tokenizer.stop_ids),
           slots=num_slots,
           cache_length=cache_length,
-          prefill_chunk=c.sampling.prefill_chunk,
           prefill_rows=shapes.round_up(
               min(c.sampling.prefill_rows, num_slots), shards
           ),
-          decode_steps=c.sampling.decode_steps,
-          min_rows=c.sampling.min_rows,
-          max_gathered_rows=c.sampling.max_gathered_rows,
-          put_steps_from=c.sampling.put_steps_from,
+          **config_lib.slot_engine_options(c.sampling),
           temperature=float(temperature),
           top_k=int(top_k),
           top_p=float(top_p),
