@@ -81,6 +81,7 @@ batch (the TPU configs set the reference's rollout size there).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -182,6 +183,8 @@ class Program:
     """The prefix of its summary keys: "agent_slots" for the program over
     every slot, "agent_rows64" over 64 gathered rows."""
     role = self.name.split()[0]
+    if self.name.endswith(" in place"):
+      return f"{role}_rows{self.rows}_in_place"
     if " on " in self.name:
       return f"{role}_rows{self.rows}"
     return f"{role}_slots"
@@ -277,6 +280,8 @@ def gather_pairs(programs: Sequence[Program]) -> dict[str, str]:
     for p in gathered:  # smallest first
       ratio = p.step_hbm_bytes / every.step_hbm_bytes
       pairs[f"{p.key}_step_vs_every_slot"] = f"{ratio:.2f}"
+      if p.key.endswith("_in_place"):
+        continue  # (the server's call only when its live slots lie so)
       paying = paying and ratio < 1  # and every smaller count pays too
       if paying:
         pays = p.rows
@@ -838,12 +843,12 @@ def compile_engine(
   ws = ", ".join(f"{w:,}" for w in picked)
   on = f"windows {ws} of {len(every)}"
 
-  def worst(name, shape, flops, fn, args, at):
-    """Each picked window's program; the one with the highest peak (or the
+  def worst(name, shape, flops, fn, args, at, windows=picked):
+    """Each of `windows`' program; the one with the highest peak (or the
     first that does not fit), its compile time the sum, and the
     whole-cache one's `Compiled`."""
     results = []
-    for w in picked:
+    for w in windows:
       p = Program(
           name, shape, held_bytes=held_bytes, held=held, model_flops=flops
       )
@@ -865,17 +870,29 @@ def compile_engine(
       engine.prefill_insert, prefill_args, 2,
   )  # fmt: skip
   compiled_programs = [prefill]
-  for r in reversed(engine.rows if gathered else engine.rows[-1:]):
-    args = generate_args
+  # Each gathered count twice: on rows the index names (taken out and put
+  # back) and, on the whole cache, on each shard's first rows where they
+  # lie (`generate`'s prefix: the server's call when the live slots are
+  # those).
+  calls = [(s, 0)] + [
+      (r, p) for r in reversed(engine.rows[:-1])
+      for p in ((0, r) if engine.in_place else (0,))
+  ] * bool(gathered)  # fmt: skip
+  for r, prefix in calls:
+    args, fn, shape = generate_args, engine.generate, on
     name = f"{role} slots generate"
-    if r < s:
+    if prefix:
+      fn = functools.partial(engine.generate, prefix=r)
+      name += f" on {r} rows in place"
+      shape = f"window {c:,}"
+    elif r < s:
       args = generate_args[:4] + (np.zeros((sh, r // sh), np.int32),)
       name += f" on {r} rows"
     program, compiled = worst(
         name,
-        f"{s} slots x cache {c}, {n} steps a call, {on}",
+        f"{s} slots x cache {c}, {n} steps a call, {shape}",
         n * decode_flops(config.model, r, c),
-        engine.generate, args, 3,
+        fn, args, 3, (c,) if prefix else picked,
     )  # fmt: skip
     compiled_programs.append(program)
     if compiled is None:

@@ -184,6 +184,10 @@ def base_config() -> ConfigDict:
   # from 6 every count read less: docs/scale.md). `spade.compile --engine`
   # measures another value on another slice.
   c.sampling.put_steps_from = 6
+  # A gathered call on the whole cache whose live slots are each shard's
+  # first runs on them where they lie, reading and writing their cache in
+  # place (no take, no put: docs/scale.md); False: always take them.
+  c.sampling.in_place = True
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -997,7 +1001,7 @@ def _get(config: ConfigDict, dotted: str):
   return node
 
 
-def slot_engine_options(sampling: ConfigDict) -> dict[str, int]:
+def slot_engine_options(sampling: ConfigDict) -> dict[str, int | bool]:
   """The `SlotEngine` arguments `config.sampling` sets as they are (the
   slot and prefill-row counts, rounded to the mesh, are the caller's): one
   place for the loop's engine and `spade.compile`'s copy of it."""
@@ -1007,6 +1011,7 @@ def slot_engine_options(sampling: ConfigDict) -> dict[str, int]:
       min_rows=sampling.min_rows,
       max_gathered_rows=sampling.max_gathered_rows,
       put_steps_from=sampling.put_steps_from,
+      in_place=sampling.in_place,
   )
 
 

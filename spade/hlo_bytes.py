@@ -679,9 +679,9 @@ class _Analysis:
 
   def _sliced_bytes(self, fused: str, name: str, depth: int = 0):
     """The bytes of the slices taken of the fused parameter (or value)
-    `name` when `slice`, `dynamic-slice` and `gather` (through bitcasts)
-    are its only uses, else None. A gather reads the rows it takes (an
-    embedding lookup: the tokens' rows, not the table)."""
+    `name` when `slice`, `dynamic-slice` and `gather` (through bitcasts
+    and nested fusions) are its only uses, else None. A gather reads the
+    rows it takes (an embedding lookup: the tokens' rows, not the table)."""
     users = self._users(fused, name)
     if depth > 8 or not users:
       return None
@@ -696,6 +696,16 @@ class _Analysis:
         # Whatever memory space the fused value's layout names: the
         # slice is read from the parameter's.
         got = None if name in u.operands[1:] else shape_bytes(u.shape)
+      elif u.opcode == "fusion" and u.operands.count(name) == 1:
+        # A nested fusion that slices its parameter (e.g. a prefix of the
+        # cache's rows fused into a matmul's operand) reads what it takes.
+        inner = u.attr("calls")
+        i = u.operands.index(name)
+        param = next(
+            o for o in self.comps[inner]
+            if o.opcode == "parameter" and self._param_index(o) == i
+        )  # fmt: skip
+        got = self._sliced_bytes(inner, param.name, depth + 1)
       else:
         got = None
       if got is None:

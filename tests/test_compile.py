@@ -212,18 +212,21 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   )  # fmt: skip
   names = [p.name for p in report.programs]
   # Generate over every slot, then over the 4 gathered live rows the server
-  # can run on (`sampling.min_rows` 4 of 8 slots).
+  # can run on (`sampling.min_rows` 4 of 8 slots), taken out and, when
+  # they are each shard's first, in place.
   assert names == [
       "agent slots prefill-insert",
       "agent slots generate",
       "agent slots generate on 4 rows",
+      "agent slots generate on 4 rows in place",
       "designer slots prefill-insert",
       "designer slots generate",
       "designer slots generate on 4 rows",
+      "designer slots generate on 4 rows in place",
   ]
   # Each generate program's line is followed by its bytes line, its
   # breakdown's line and its ten costliest operations.
-  assert report.fits and len(lines) == 2 * (1 + 13 + 13)
+  assert report.fits and len(lines) == 2 * (1 + 13 * 3)
   for p in report.programs:
     assert p.fits and p.peak_bytes > 0 and p.argument_bytes > 0, p
     # The decode state (every slot's cache) is donated and kept in place.
@@ -333,6 +336,19 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
       vs, abs=0.01
   )
   assert summary["agent_gather_pays_up_to"] == ("4" if vs < 1 else "0")
+  # In place: the 4 rows' cache is read where it lies, so nothing is taken
+  # or put back once a call, and a step reads their half of the cache.
+  in_place = report.programs[3]
+  assert in_place.key == "agent_rows4_in_place" and in_place.rows == 4
+  assert in_place.shape.endswith("window 256")
+  ib = in_place.breakdown
+  once = lambda p: sum(p.breakdown.hbm_outside.values())
+  assert once(in_place) <= once(generate) < once(gathered), (
+      once(in_place), once(generate), once(gathered),
+  )  # fmt: skip
+  assert ib.hbm["cache_read"] < 0.6 * b.hbm["cache_read"]
+  assert in_place.step_hbm_bytes < gathered.step_hbm_bytes
+  assert "agent_rows4_in_place_step_vs_every_slot" in summary
 
 
 @pytest.mark.slow

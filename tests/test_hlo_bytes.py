@@ -190,6 +190,49 @@ def test_hbm_traffic_reads_only_the_rows_a_gather_takes():
   assert b.hbm["weights"] == rows + table
 
 
+def test_a_slice_in_a_nested_fusion_reads_what_it_takes():
+  """The slot engine's calls on a prefix of each shard's rows: XLA's TPU
+  compile fuses the slice of the cache into the matmul's operand as a
+  fusion nested in the matmul's. From HBM that reads the slice, as the flat
+  slice does (p0: 8 of its 64 rows); one whose nested fusion also reads
+  the operand otherwise (p1's, negated) reads it whole."""
+  nested = _SLICED.replace(
+      "%fused_rows (param_0",
+      """%nested_rows (param_0: f32[64,128]) -> f32[8,128] {
+  %param_0 = f32[64,128]{1,0:T(8,128)} parameter(0)
+  ROOT %r = f32[8,128]{1,0:T(8,128)} slice(%param_0), slice={[8:16], [0:128]}
+}
+
+%nested_more (param_0: f32[64,128]) -> f32[8,128] {
+  %param_0 = f32[64,128]{1,0:T(8,128)} parameter(0)
+  %m = f32[64,128]{1,0:T(8,128)} negate(%param_0)
+  ROOT %r = f32[8,128]{1,0:T(8,128)} slice(%m), slice={[8:16], [0:128]}
+}
+
+%fused_rows (param_0""",
+  )
+  nested = (
+      nested.replace(
+          "%rows = f32[8,128]{1,0:T(8,128)} slice(%param_0), slice={[8:16],"
+          " [0:128]}",
+          "%rows = f32[8,128]{1,0:T(8,128)} fusion(%param_0), kind=kLoop,"
+          " calls=%nested_rows",
+      )
+      .replace(
+          "%more = f32[8,128]{1,0:T(8,128)} slice(%m), slice={[8:16], [0:128]}",
+          "%more = f32[8,128]{1,0:T(8,128)} fusion(%param_1), kind=kLoop,"
+          " calls=%nested_more",
+      )
+      .replace("  %m = f32[64,128]{1,0:T(8,128)} negate(%param_1)\n", "")
+  )
+  assert nested.count("kind=kLoop, calls=%nested_") == 2
+  b = hlo_bytes.breakdown_text(nested)
+  flat = hlo_bytes.breakdown_text(_SLICED)
+  whole = 64 * 128 * 4
+  assert b.hbm["cache_read"] == flat.hbm["cache_read"] == ROW + whole
+  assert b.bytes["cache_read"] == 2 * whole
+
+
 def test_an_update_in_place_through_a_fused_fusion_counts_as_one():
   # XLA's TPU compiles can nest a fusion in a fusion (the gathered slot
   # engine's programs do): the outer fusion's value is the inner one's

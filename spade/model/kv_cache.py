@@ -80,6 +80,66 @@ def _constrain(x: Array, *axes: str | None) -> Array:
   return nn.with_logical_constraint(x, fitted_axes(x.shape, axes))
 
 
+def row_shards() -> int:
+  """How many shards the cache's rows are split into under the mesh and
+  rules the trace runs under (the product of "batch"'s mesh axes; 1 with
+  no mesh)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return 1
+  axes = nn.logical_to_mesh_axes(("batch",), nn.get_logical_axis_rules())[0]
+  if axes is None:
+    return 1
+  axes = (axes,) if isinstance(axes, str) else tuple(axes)
+  shards = 1
+  for a in axes:
+    shards *= int(mesh.shape[a])
+  return shards
+
+
+def _by_shard(x: Array, axis: int, shards: int, name: str | None) -> Array:
+  """x with its row axis `axis` as [shards, rows a shard] (a view: each
+  shard's rows stay where they are), constrained so when `name` is a
+  cache leaf's."""
+  r = x.shape[axis]
+  x = x.reshape(x.shape[:axis] + (shards, r // shards) + x.shape[axis + 1 :])
+  if name is None:
+    return x
+  axes = list(CACHE_AXES[name][-(x.ndim - 1) :])
+  axes.insert(axes.index("batch") + 1, None)
+  return _constrain(x, *axes)
+
+
+def row_prefix(layer: dict[str, Array], rows: int) -> dict[str, Array]:
+  """The first `rows / row_shards()` rows of each shard of a layer's cache
+  ({"k", "v", ...}: [R, ...]), `rows` in all, in place: a one-token step
+  on a gathered prefix of the rows reads only theirs, with no copy (XLA
+  fuses the slice into the attention matmuls' operands)."""
+  out = {}
+  for name, x in layer.items():
+    axis = CACHE_AXES[name].index("batch") - (len(CACHE_AXES[name]) - x.ndim)
+    if x.shape[axis] == rows:
+      out[name] = x
+      continue
+    shards = row_shards()
+    view = _by_shard(x, axis, shards, name)
+    view = jax.lax.slice_in_dim(view, 0, rows // shards, axis=axis + 1)
+    out[name] = view.reshape(x.shape[:axis] + (rows,) + x.shape[axis + 1 :])
+  return out
+
+
+def _put_rows(x: Array, new: Array, axis: int, at: tuple, name: str):
+  """`dynamic_update_slice(x, new, at)`, where `new` may hold fewer rows
+  (axis `axis`) than x: then its rows are each shard's first (`row_prefix`)."""
+  if new.shape[axis] == x.shape[axis]:
+    return jax.lax.dynamic_update_slice(x, new, at)
+  shards = row_shards()
+  view = _by_shard(x, axis, shards, name)
+  new = _by_shard(new, axis, shards, None)
+  at = at[: axis + 1] + (jnp.zeros((), jnp.int32),) + at[axis + 1 :]
+  return jax.lax.dynamic_update_slice(view, new, at).reshape(x.shape)
+
+
 def cache_sizes(model_config, length: int) -> list[int]:
   """Slots per layer for a cache of `length` steps (ring = min(window, L))."""
   cfg = architecture.ModelConfig.from_config(model_config)
@@ -167,12 +227,21 @@ def _write_cache(
   if length == 1 or length < size:
     start = cache_index % size
     if length == 1:
+      zero = jnp.zeros((), jnp.int32)
+
+      def at(name):
+        at = [zero] * layer_cache[name].ndim
+        at[axis(name)] = start
+        return tuple(at)
+
+      # (A gathered prefix of the rows writes each shard's first rows.)
       return {
-          name: jax.lax.dynamic_update_slice_in_dim(
+          name: _put_rows(
               layer_cache[name],
               new[name].astype(layer_cache[name].dtype),
-              start,
-              axis=axis(name),
+              0,
+              at(name),
+              name,
           )
           for name in new
       }
@@ -226,8 +295,12 @@ def write(
       return tuple(at)
 
     return {
-        name: jax.lax.dynamic_update_slice(
-            cache[name], new[name][None].astype(cache[name].dtype), start(name)
+        name: _put_rows(
+            cache[name],
+            new[name][None].astype(cache[name].dtype),
+            1,
+            start(name),
+            name,
         )
         for name in new
     }

@@ -541,6 +541,9 @@ class Attention(nn.Module):
       # the cache every step.)
       new_cache = kv_cache.write(cache, index, kf, vf, key_pos, cache_index)
       layer = kv_cache.layer_view(new_cache, index)
+      # Fewer rows than the cache's: each shard's first rows, read in place
+      # (the slot engine's gathered calls on a prefix of the rows).
+      layer = kv_cache.row_prefix(layer, b)
       parts = [(layer["k"], layer["v"], layer["pos"], *scales(layer))]
     else:
       # A chunk on a ring buffer can overwrite keys its own earlier queries

@@ -313,6 +313,9 @@ class SlotEngine:
       steps-only put: XLA's memory-space assignment moved the loop's
       weights through more VMEM copies. From 6, every count read less:
       docs/scale.md.)
+    in_place: a gathered call on the whole cache whose live slots are each
+      shard's first runs on them where they lie (`generate`'s `prefix`):
+      the server's choice, when this is set.
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and its logical axis rules (`config.mesh.
       rules`; needed with a mesh, as for `Sampler`).
@@ -335,6 +338,7 @@ class SlotEngine:
   min_rows: int = 0
   max_gathered_rows: int = 0
   put_steps_from: int = 6
+  in_place: bool = True
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -666,7 +670,9 @@ class SlotEngine:
     cache = jax.tree.map(insert, state["cache"], cache, row_axes, slot_axes)
     return cache, logits
 
-  def generate(self, params, state, early, room, arm, window, index=None):
+  def generate(
+      self, params, state, early, room, arm, window, index=None, prefix=0
+  ):
     """Up to `decode_steps` tokens over every slot, stopping once no slot is
     live, or, with `early` (a bool scalar: no recompile), once a slot ends,
     on the cache steps [clock + room - window, clock + room) (`window` one
@@ -677,7 +683,11 @@ class SlotEngine:
     count, its key data and limit) starts appended turns first. `index`
     (int32[shards, b], each shard's own slot indices; None: every slot)
     names the slots the loop runs on, gathered out of the state and put
-    back (one compile per its shape). Returns the new state and
+    back (one compile per its shape); or `prefix` (static, a multiple of
+    `batch_shards`, on the whole cache only) the first `prefix /
+    batch_shards` slots of each shard, the loop reading and writing their
+    cache where it lies (`kv_cache.row_prefix`): no take, no put. Returns
+    the new state and
     (tokens int32[S, n], logprobs float32[S, n], tokens each slot emitted,
     live, hit, steps that ran)."""
     self.traces["generate"] += 1
@@ -698,11 +708,16 @@ class SlotEngine:
         hit=pick(jnp.zeros_like(state["hit"]), state["hit"]),
         keys=pick(keys, state["keys"]),
     )
-    rows = s if index is None else index.size
+    window = self._static_window(window)
+    if prefix:
+      self._check_prefix(prefix, window, index)
+    rows = prefix or (s if index is None else index.size)
     vec = (0, 1)
     names = [k for k in state if k not in ("cache", "clock")]
     sub = state
-    if index is not None:
+    if prefix:
+      sub = dict(state, **{k: self._prefix(state[k], prefix) for k in names})
+    elif index is not None:
       sub = dict(state, **{
           k: _rows_take(state[k], vec, index, self.mesh) for k in names
       })  # fmt: skip
@@ -711,10 +726,15 @@ class SlotEngine:
     lps = self._constrain(jnp.zeros((rows, n), jnp.float32), "batch", None)
     before = state["gen"]
     out, toks, lps, steps = self._generate_window(
-        self._static_window(window), params, early, room, index,
-        (sub, toks, lps),
+        window, params, early, room, index, (sub, toks, lps),
     )  # fmt: skip
-    if index is not None:
+    if prefix:
+      out = dict(out, **{
+          k: self._prefix_put(state[k], out[k]) for k in names
+      })  # fmt: skip
+      full = lambda v, y: self._prefix_put(jnp.full((s, n), v, y.dtype), y)
+      toks, lps = full(self.pad_id, toks), full(0, lps)
+    elif index is not None:
       out = dict(
           out, **{
               k: _rows_put(state[k], out[k], vec, index, mesh=self.mesh)
@@ -730,10 +750,44 @@ class SlotEngine:
         (toks, lps, emitted, state["live"], state["hit"], steps)
     )
 
+  def _check_prefix(self, prefix, window, index) -> None:
+    """ValueError unless `prefix` is a gathered count on the whole cache."""
+    if index is not None or window != self.cache_length:
+      raise ValueError(
+          "generate's prefix runs on the whole cache without an index; got"
+          f" window={window}, index={index!r}"
+      )
+    if prefix not in self.rows or prefix >= self.slots:
+      raise ValueError(
+          f"prefix={prefix} is not one of the gathered counts {self.rows[:-1]}"
+      )
+
+  def _by_shard(self, x):
+    """x [slots, ...] as [shards, slots a shard, ...] (a view)."""
+    sh = self.batch_shards
+    x = x.reshape((sh, x.shape[0] // sh) + x.shape[1:])
+    return self._constrain(x, "batch", *(None,) * (x.ndim - 1))
+
+  def _prefix(self, x, prefix):
+    """The first `prefix / batch_shards` rows of each shard of x [slots,
+    ...], `prefix` rows."""
+    b = prefix // self.batch_shards
+    y = jax.lax.slice_in_dim(self._by_shard(x), 0, b, axis=1)
+    return self._constrain(y.reshape((prefix,) + x.shape[1:]), "batch",
+                           *(None,) * (x.ndim - 1))  # fmt: skip
+
+  def _prefix_put(self, x, y):
+    """x with the first rows of each shard set to y's (`_prefix`'s rows)."""
+    view, sh = self._by_shard(x), self.batch_shards
+    y = y.reshape((sh, y.shape[0] // sh) + y.shape[1:])
+    at = (jnp.int32(0),) * view.ndim
+    return jax.lax.dynamic_update_slice(view, y, at).reshape(x.shape)
+
   def _generate_window(self, window, params, early, room, index, operands):
     """`generate`'s loop on a `window`-step view of the cache (cache times
     [clock + room - window, clock + room)); the state's other entries hold
-    only the rows `index` names (all: None), the cache all."""
+    only the rows `index` names (all: None; with neither, on the whole
+    cache, a `prefix` of each shard's), the cache all."""
     state, toks, lps = operands
     c, n = self.cache_length, self.decode_steps
     stops = jnp.asarray(self.stop_ids or (-1,), jnp.int32)
@@ -893,7 +947,7 @@ class SlotEngine:
         self.prefill_insert, donate_argnums=1, static_argnums=4, **shardings
     )
     generate = jax.jit(
-        self.generate, donate_argnums=1, static_argnums=5, **shardings
+        self.generate, donate_argnums=1, static_argnums=(5, 7), **shardings
     )
     run = lambda fn: functools.partial(self._call, fn)
     return Programs(run(init), run(prepare), run(prefill), run(generate))

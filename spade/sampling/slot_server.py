@@ -213,6 +213,7 @@ class SlotServer:
     self.tokens_appended = 0
     self._arming: list[tuple[int, Request, list[int]]] = []
     self.generate_calls = 0
+    self.prefix_calls = 0  # of them, on a prefix of each shard's slots
     self.window_row_steps = 0  # slots x steps x window steps attended
     self.windows = collections.Counter()  # generate calls per window
     self.rows = collections.Counter()  # generate calls per row count
@@ -539,9 +540,20 @@ class SlotServer:
       arm[3][s] = np.asarray(jax.random.key_data(r.rng))
     self._arming = []
     rows, index = self._rows()
+    prefix = 0
+    if (
+        eng.in_place
+        and index is not None
+        and window == eng.cache_length
+        and (np.sort(index, axis=1) == np.arange(index.shape[1])).all()
+    ):
+      # Each shard's live slots are among its first `rows / shards`: the
+      # call runs on those where they lie (no take, no put).
+      prefix, index = rows, None
+      self.prefix_calls += 1
     self.state, out = self.programs.generate(
         self.params, self.state, np.bool_(early), np.int32(window - held), arm,
-        window, index,
+        window, index, prefix,
     )  # fmt: skip
     toks, lps, emitted, live, hit, steps = jax.device_get(out)
     steps = int(steps)

@@ -333,7 +333,8 @@ def test_max_gathered_rows_caps_the_gathered_counts():
 
 def test_put_steps_from_is_checked_and_reaches_the_engine():
   """`sampling.put_steps_from` under 1 is refused by the config and the
-  engine alike; a valid one is the engine `spade.compile` builds."""
+  engine alike; a valid one is the engine `spade.compile` builds, as is
+  `sampling.in_place`."""
   none = lambda *a: None
   with pytest.raises(ValueError, match="put_steps_from=0"):
     slot_engine.SlotEngine(none, none, pad_id=PAD, put_steps_from=0)
@@ -343,9 +344,10 @@ def test_put_steps_from_is_checked_and_reaches_the_engine():
     config_lib.validate(c)
   c = config_lib.base_config()
   c.sampling.put_steps_from = 9
+  c.sampling.in_place = False
   mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
   engine = compile_lib.slot_engine(c, mesh, c.mesh.rules, "agent")
-  assert engine.put_steps_from == 9
+  assert engine.put_steps_from == 9 and not engine.in_place
 
 
 @pytest.mark.slow
@@ -408,13 +410,35 @@ def test_gathered_calls_put_back_the_slots_a_rings_wrap_wrote(ring):
   each samples alone."""
   cfg, params = ring
   engine = _engine(cfg, slots=4, min_rows=1, temperature=1.0,
-                   cache_length=64, min_window=8, put_steps_from=1)  # fmt: skip
+                   cache_length=64, min_window=8, put_steps_from=1,
+                   in_place=False)  # fmt: skip
   server = E.SlotServer(engine, params)
   results = []
   server.run(_requests(PROMPTS[:3], [NEW, 3, 7], seed=5),
              on_result=results.append)  # fmt: skip
   # The longest row ran through four calls, none on every slot.
   assert sum(server.rows.values()) == 4 and 4 not in server.rows, server.rows
+  assert server.prefix_calls == 0
+  for res in results:
+    tokens, logprobs = _alone(cfg, params, res.request, 1.0)
+    np.testing.assert_array_equal(res.tokens, tokens)
+    np.testing.assert_allclose(res.logprobs, logprobs, atol=1e-5)
+
+
+def test_calls_on_the_first_slots_run_where_they_lie(ring):
+  """The same requests with `in_place`: a call whose live slots are the
+  first ones runs on them in place (`generate`'s prefix: the cache read
+  and written where it lies, no take, no put); each request still samples
+  what it samples alone."""
+  cfg, params = ring
+  engine = _engine(cfg, slots=4, min_rows=1, temperature=1.0,
+                   cache_length=64, min_window=8)  # fmt: skip
+  assert engine.in_place
+  server = E.SlotServer(engine, params)
+  results = []
+  server.run(_requests(PROMPTS[:3], [NEW, 3, 7], seed=5),
+             on_result=results.append)  # fmt: skip
+  assert 0 < server.prefix_calls < server.generate_calls, server.rows
   for res in results:
     tokens, logprobs = _alone(cfg, params, res.request, 1.0)
     np.testing.assert_array_equal(res.tokens, tokens)
@@ -619,6 +643,8 @@ def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
   results = server.run(_requests())
   assert engine.rows == ((4, 8) if min_rows else (4,))
   assert set(server.rows) == set(engine.rows)
+  # Its one live slot a shard was each shard's first: run in place.
+  assert server.prefix_calls == (1 if min_rows else 0)
   ref = E.SlotServer(_engine(cfg, slots=4), params).run(_requests())
   ref = {r.request.key: r for r in ref}
   for res in results:
