@@ -2,7 +2,7 @@ r"""The same multi-turn workload played lock-step and through the slot engine.
 
   python benchmarks/rollout.py [--workloads=replay,synthetic] [--slots=16]
       [--episodes=RUN/programs/iter_000001/episodes.jsonl,...] [--repeats=3]
-      [--put_steps_from=6]
+      [--put_steps_from=6] [--in_place=1] [--min_window=64]
 
 The tiny model (configs/tiny.py's, random weights, float32, CPU), sampled
 at temperature 1 with no stop ids: every reply ends at its scripted length
@@ -300,7 +300,8 @@ def play_slots(engine, params, iterations, progress, report=False):
           f"  slots: prefill-insert {server.prefill_seconds:.2f}s of"
           f" {server.seconds:.2f}s ({server.prefill_calls} calls), generate"
           f" {server.seconds - server.prefill_seconds:.2f}s"
-          f" ({server.generate_calls} calls; calls per window"
+          f" ({server.generate_calls} calls, {server.prefix_calls} in"
+          f" place; calls per window"
           f" {dict(sorted(server.windows.items()))}, per row count"
           f" {dict(sorted(server.rows.items()))});"
           f" {server.prefill_columns}"
@@ -337,6 +338,17 @@ def main() -> None:
       help="a gathered call of at least this many rows puts back only its"
       " steps' slots, fewer their rows whole (SlotEngine.put_steps_from)",
   )  # fmt: skip
+  parser.add_argument(
+      "--in_place", type=int, default=int(slot_engine.SlotEngine.in_place),
+      help="1: a gathered call on the whole cache whose live slots are each"
+      " shard's first runs on them in place (SlotEngine.in_place); 0: off",
+  )  # fmt: skip
+  parser.add_argument(
+      "--min_window", type=int, default=slot_engine.SlotEngine.min_window,
+      help="the smallest cache window a call attends over (0: always the"
+      " whole cache, as on a model with sliding-window layers such as"
+      " Gemma 3's; SlotEngine.min_window)",
+  )  # fmt: skip
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument(
@@ -361,7 +373,8 @@ def main() -> None:
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
       decode_steps=args.decode_steps, temperature=1.0,
       share_prefixes=bool(args.share_prefixes), min_rows=args.min_rows,
-      put_steps_from=args.put_steps_from,
+      put_steps_from=args.put_steps_from, in_place=bool(args.in_place),
+      min_window=args.min_window,
   )  # fmt: skip
   make = dict(replay=replay_workload, synthetic=synthetic_workload)
   source = "synthesised"

@@ -919,6 +919,20 @@ def compile_engine(
     program.breakdown = hlo_bytes.breakdown(compiled)
     program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
     program.hbm_bytes_per_token = program.step_hbm_bytes * chips / r
+  if gathered and engine.in_place and len(engine.rows) > 1:
+    # The server's move of live slots to the front of their shards (before
+    # a call in place): two slots a shard swapped, every cache row of them.
+    def swap():
+      with sharding.use_rules(mesh, rules):
+        return jax.jit(engine.swap, donate_argnums=0, out_shardings=out).lower(
+            decode_state, *host((np.zeros((sh, 2), np.int32),))
+        )
+
+    program = Program(
+        f"{role} slots swap", f"2 of each shard's {s // sh} slots",
+        held_bytes=held_bytes, held=held,
+    )  # fmt: skip
+    compiled_programs.append(_compile(program, swap, hbm_bytes)[0])
   return compiled_programs
 
 

@@ -213,20 +213,23 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   names = [p.name for p in report.programs]
   # Generate over every slot, then over the 4 gathered live rows the server
   # can run on (`sampling.min_rows` 4 of 8 slots), taken out and, when
-  # they are each shard's first, in place.
+  # they are each shard's first, in place; and the swap that moves them
+  # there.
   assert names == [
       "agent slots prefill-insert",
       "agent slots generate",
       "agent slots generate on 4 rows",
       "agent slots generate on 4 rows in place",
+      "agent slots swap",
       "designer slots prefill-insert",
       "designer slots generate",
       "designer slots generate on 4 rows",
       "designer slots generate on 4 rows in place",
+      "designer slots swap",
   ]
   # Each generate program's line is followed by its bytes line, its
   # breakdown's line and its ten costliest operations.
-  assert report.fits and len(lines) == 2 * (1 + 13 * 3)
+  assert report.fits and len(lines) == 2 * (1 + 13 * 3 + 1)
   for p in report.programs:
     assert p.fits and p.peak_bytes > 0 and p.argument_bytes > 0, p
     # The decode state (every slot's cache) is donated and kept in place.

@@ -119,15 +119,18 @@ class Programs:
     prepare: params -> the parameters the programs take (once per params).
     prefill_insert: (params, state, rows, reqs, window) -> (state, (first
       tokens, their logprobs, live, hit)); see `SlotEngine.prefill_insert`.
-    generate: (params, state, early, room, arm, window, index) -> (state,
-      (tokens, logprobs, emitted, live, hit, steps)); see
+    generate: (params, state, early, room, arm, window, index, prefix) ->
+      (state, (tokens, logprobs, emitted, live, hit, steps)); see
       `SlotEngine.generate`.
+    swap: (state, pairs) -> state, each shard's two slots swapped; see
+      `SlotEngine.swap` (None: the server never moves a slot).
   """
 
   init: Callable[[], State]
   prepare: Callable[[Any], Any]
   prefill_insert: Callable[..., tuple[State, Any]]
   generate: Callable[..., tuple[State, Any]]
+  swap: Callable[..., State] | None = None
 
 
 def _per_shard(x, spec, shards):
@@ -199,6 +202,23 @@ def _rows_take(x, spec, index, mesh=None):
       out_axes=axis,
   )(_per_shard(x, spec, sh), index)  # fmt: skip
   return y.reshape(s[:axis] + (-1,) + s[axis + 1 :])
+
+
+def _rows_swap(x, spec, pairs, mesh=None):
+  """x with each shard's two rows pairs[k] = (a, b) (int32[shards, 2], its
+  own row indices; a == b: none) swapped, one slice each way; with a
+  mesh, each chip its own (`_on_own_rows`)."""
+
+  def local(x, ab):
+    a, b = ab[:1], ab[1:]
+    ra, rb = _slices_take(x, spec, a), _slices_take(x, spec, b)
+    return _slices_put(_slices_put(x, rb, spec, a), ra, spec, b)
+
+  if mesh is not None:
+    return _on_own_rows(mesh, lambda x, ix: local(x, ix[0]), spec, (x,), pairs)
+  if pairs.shape[0] != 1:
+    raise ValueError(f"one shard without a mesh, not {pairs.shape[0]}")
+  return local(x, pairs[0])
 
 
 def _slices_put_times(x, y, spec, index, t, starts, block):
@@ -750,6 +770,22 @@ class SlotEngine:
         (toks, lps, emitted, state["live"], state["hit"], steps)
     )
 
+  def swap(self, state, pairs):
+    """The state with each shard's two slots pairs[k] = (a, b) (int32[shards,
+    2], its own slot indices; a == b: none) swapped: their cache rows and
+    every other entry, so what a slot holds moves with it (the server
+    moves live slots to the front of their shards, for `generate`'s
+    `prefix`). Reads and writes the two rows, nothing else."""
+    self.traces["swap"] += 1
+    one = lambda x, spec: _rows_swap(x, spec, pairs, self.mesh)
+    rest = {
+        k: one(v, (0, 1)) for k, v in state.items()
+        if k not in ("cache", "clock")
+    }  # fmt: skip
+    return dict(
+        state, cache=jax.tree.map(one, state["cache"], self._row_axes), **rest
+    )
+
   def _check_prefix(self, prefix, window, index) -> None:
     """ValueError unless `prefix` is a gathered count on the whole cache."""
     if index is not None or window != self.cache_length:
@@ -929,11 +965,11 @@ class SlotEngine:
 
   @functools.cached_property
   def programs(self) -> Programs:
-    """The programs (init, prefill-insert and generate jitted; prepare as
-    given), each run under the mesh's rules; the decode state is donated
-    and keeps the shardings `init` gave it, and the
-    window (the last argument but `generate`'s `index`) is static: one
-    compile per window."""
+    """The programs (init, prefill-insert, generate and swap jitted;
+    prepare as given), each run under the mesh's rules; the decode state
+    is donated and keeps the shardings `init` gave it, and the window (and
+    `generate`'s `prefix`) is static: one compile per window (and
+    prefix)."""
     init = jax.jit(self.init)
     out = None
     if self.mesh is not None:
@@ -949,5 +985,10 @@ class SlotEngine:
     generate = jax.jit(
         self.generate, donate_argnums=1, static_argnums=(5, 7), **shardings
     )
+    swap = jax.jit(self.swap, donate_argnums=0, **(
+        {} if out is None else dict(out_shardings=out)
+    ))  # fmt: skip
     run = lambda fn: functools.partial(self._call, fn)
-    return Programs(run(init), run(prepare), run(prefill), run(generate))
+    return Programs(
+        run(init), run(prepare), run(prefill), run(generate), run(swap)
+    )

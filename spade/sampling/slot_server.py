@@ -214,6 +214,8 @@ class SlotServer:
     self._arming: list[tuple[int, Request, list[int]]] = []
     self.generate_calls = 0
     self.prefix_calls = 0  # of them, on a prefix of each shard's slots
+    self.swap_calls = 0  # swap programs run to move live slots forward
+    self.slots_swapped = 0
     self.window_row_steps = 0  # slots x steps x window steps attended
     self.windows = collections.Counter()  # generate calls per window
     self.rows = collections.Counter()  # generate calls per row count
@@ -530,6 +532,8 @@ class SlotServer:
     # a call's steps (the call stops when they are spent).
     held = max(self.clock - s.first for s in self.slots if s.request)
     window = eng.window(held + max(1, eng.decode_steps // 4))
+    if window == eng.cache_length:
+      self._compact()
     s_, f = eng.slots, max(eng.append_tokens, 1)
     arm = (np.zeros((s_,), bool), np.zeros((s_, f), np.int32),
            np.zeros((s_,), np.int32), np.zeros((s_, 2), np.uint32),
@@ -586,6 +590,45 @@ class SlotServer:
       if not live[s]:
         done.append(self._end(s, bool(hit[s]), before + fed))
     return done
+
+  def _compact(self) -> None:
+    """Moves each shard's live slots to its first `rows / shards` (the rows
+    the next generate runs on), each swapped with a slot there that is not
+    live (`SlotEngine.swap`: what a slot holds moves with it, its history
+    included), so a gathered call on the whole cache runs on them in place
+    (`generate`'s `prefix`) instead of taking their cache out. One swap a
+    shard per call of the swap program."""
+    eng = self.engine
+    if not eng.in_place or self.programs.swap is None:
+      return
+    rows, index = self._rows()
+    if index is None:
+      return
+    sh = eng.batch_shards
+    per, b = eng.slots // sh, rows // sh
+    live = lambda k, i: self.slots[k * per + i].request is not None
+    moves = []
+    for k in range(sh):
+      out = [i for i in range(b, per) if live(k, i)]
+      into = [i for i in range(b) if not live(k, i)]
+      moves.append(list(zip(out, into)))
+    for j in range(max(len(m) for m in moves)):
+      pairs = np.zeros((sh, 2), np.int32)
+      for k, m in enumerate(moves):
+        if j < len(m):
+          pairs[k] = m[j]
+          self._swap_host(k * per + m[j][0], k * per + m[j][1])
+      self.state = self.programs.swap(self.state, pairs)
+      self.swap_calls += 1
+
+  def _swap_host(self, a: int, b: int) -> None:
+    """The host's view of slots a and b swapped, as `SlotEngine.swap` swaps
+    their rows."""
+    self.slots[a], self.slots[b] = self.slots[b], self.slots[a]
+    where = {a: b, b: a}
+    self._held = {k: where.get(s, s) for k, s in self._held.items()}
+    self._arming = [(where.get(s, s), r, f) for s, r, f in self._arming]
+    self.slots_swapped += 2
 
   def _rows(self) -> tuple[int, np.ndarray | None]:
     """The rows the next `generate` runs on (the smallest of

@@ -426,10 +426,10 @@ def test_gathered_calls_put_back_the_slots_a_rings_wrap_wrote(ring):
 
 
 def test_calls_on_the_first_slots_run_where_they_lie(ring):
-  """The same requests with `in_place`: a call whose live slots are the
-  first ones runs on them in place (`generate`'s prefix: the cache read
-  and written where it lies, no take, no put); each request still samples
-  what it samples alone."""
+  """The same requests with `in_place`: the live slots are moved to the
+  front (`SlotEngine.swap`) and each gathered call runs on them in place
+  (`generate`'s prefix: the cache read and written where it lies, no take,
+  no put); each request still samples what it samples alone."""
   cfg, params = ring
   engine = _engine(cfg, slots=4, min_rows=1, temperature=1.0,
                    cache_length=64, min_window=8)  # fmt: skip
@@ -438,7 +438,10 @@ def test_calls_on_the_first_slots_run_where_they_lie(ring):
   results = []
   server.run(_requests(PROMPTS[:3], [NEW, 3, 7], seed=5),
              on_result=results.append)  # fmt: skip
-  assert 0 < server.prefix_calls < server.generate_calls, server.rows
+  # Slot 1's request ends first: slot 2's moves into it (one swap), and
+  # every call runs in place (none on every slot: at most 3 live).
+  assert server.prefix_calls == server.generate_calls > 0, server.rows
+  assert server.swap_calls == 1 and server.slots_swapped == 2
   for res in results:
     tokens, logprobs = _alone(cfg, params, res.request, 1.0)
     np.testing.assert_array_equal(res.tokens, tokens)
@@ -653,6 +656,35 @@ def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
         res.logprobs, ref[res.request.key].logprobs, atol=1e-5
     )
   assert engine.traces["generate"] == len(engine.rows)
+
+
+@pytest.mark.slow
+def test_live_slots_move_to_the_front_of_their_shards(ring):
+  """Four batch shards of two slots: the four short requests take each
+  shard's first slot, the long ones its second; once the short ones end,
+  one swap call moves each shard's live slot to its front, and the rest
+  run on those 4 rows in place. Every request samples what it samples on
+  one device."""
+  cfg, params = ring
+  mesh = sharding.make_mesh(
+      ml_collections.ConfigDict(dict(data=2, fsdp=2, tensor=2))
+  )
+  rules = config_lib.base_config().mesh.rules
+  placed = sharding.shard_params(params, mesh, rules)
+  engine = _engine(cfg, slots=8, prefill_rows=4, mesh=mesh, rules=rules,
+                   min_rows=4)  # fmt: skip
+  requests = _requests(PROMPTS + PROMPTS[:2], [1, 1, 1, 1, 6, 7, 8, 5])
+  server = E.SlotServer(engine, placed)
+  results = server.run(requests)
+  assert server.swap_calls == 1 and server.slots_swapped == 8
+  assert server.prefix_calls == server.rows[4] > 0, server.rows
+  ref = E.SlotServer(_engine(cfg, slots=4), params).run(requests)
+  ref = {r.request.key: r for r in ref}
+  for res in results:
+    np.testing.assert_array_equal(res.tokens, ref[res.request.key].tokens)
+    np.testing.assert_allclose(
+        res.logprobs, ref[res.request.key].logprobs, atol=1e-5
+    )
 
 
 @pytest.mark.slow
