@@ -276,12 +276,15 @@ def gather_pairs(programs: Sequence[Program]) -> dict[str, str]:
     )  # fmt: skip
     if every is None or not gathered:
       continue
+    # The server's gathered calls on the whole cache: in place when the
+    # engine runs them so (they were compiled), else on taken rows.
+    in_place = any(p.key.endswith("_in_place") for p in gathered)
     pays, paying = 0, True
     for p in gathered:  # smallest first
       ratio = p.step_hbm_bytes / every.step_hbm_bytes
       pairs[f"{p.key}_step_vs_every_slot"] = f"{ratio:.2f}"
-      if p.key.endswith("_in_place"):
-        continue  # (the server's call only when its live slots lie so)
+      if p.key.endswith("_in_place") != in_place:
+        continue
       paying = paying and ratio < 1  # and every smaller count pays too
       if paying:
         pays = p.rows
@@ -846,7 +849,7 @@ def compile_engine(
   def worst(name, shape, flops, fn, args, at, windows=picked):
     """Each of `windows`' program; the one with the highest peak (or the
     first that does not fit), its compile time the sum, and the
-    whole-cache one's `Compiled`."""
+    whole-cache one's `Compiled` (None without it)."""
     results = []
     for w in windows:
       p = Program(
@@ -860,7 +863,7 @@ def compile_engine(
         else max((p for p, _, _ in results), key=lambda p: p.peak_bytes)
     )
     program.compile_s = sum(p.compile_s for p, _, _ in results)
-    return program, results[-1][2]
+    return program, results[-1][2] if windows[-1] == c else None
 
   rows = engine.prefill_rows
   prefill, _ = worst(
@@ -870,29 +873,31 @@ def compile_engine(
       engine.prefill_insert, prefill_args, 2,
   )  # fmt: skip
   compiled_programs = [prefill]
-  # Each gathered count twice: on rows the index names (taken out and put
-  # back) and, on the whole cache, on each shard's first rows where they
-  # lie (`generate`'s prefix: the server's call when the live slots are
-  # those).
+  # Each gathered count on the rows an index names (taken out and put
+  # back) and, with `sampling.in_place`, on each shard's first rows where
+  # they lie (`generate`'s prefix): the server's calls on the whole cache
+  # are those then (it moves the live slots there first; the taken rows'
+  # program on the whole cache is compiled beside it, for comparison).
   calls = [(s, 0)] + [
       (r, p) for r in reversed(engine.rows[:-1])
       for p in ((0, r) if engine.in_place else (0,))
   ] * bool(gathered)  # fmt: skip
   for r, prefix in calls:
-    args, fn, shape = generate_args, engine.generate, on
+    args, fn, windows = generate_args, engine.generate, picked
     name = f"{role} slots generate"
     if prefix:
-      fn = functools.partial(engine.generate, prefix=r)
+      fn, windows = functools.partial(engine.generate, prefix=r), (c,)
       name += f" on {r} rows in place"
-      shape = f"window {c:,}"
     elif r < s:
       args = generate_args[:4] + (np.zeros((sh, r // sh), np.int32),)
       name += f" on {r} rows"
+    ws = ", ".join(f"{w:,}" for w in windows)
+    shape = f"windows {ws} of {len(every)}"
     program, compiled = worst(
         name,
         f"{s} slots x cache {c}, {n} steps a call, {shape}",
         n * decode_flops(config.model, r, c),
-        fn, args, 3, (c,) if prefix else picked,
+        fn, args, 3, windows,
     )  # fmt: skip
     compiled_programs.append(program)
     if compiled is None:
