@@ -129,7 +129,8 @@ class Result:
     tokens: int32[n] generated ids (a stop id, when hit, is the last).
     logprobs: float32[n], log_softmax of the raw logits at each token.
     finished: a stop id was emitted.
-    slot: the slot it ran in.
+    slot: the slot it ended in (the server moves live slots to the front
+      of their shards before a call in place: `SlotEngine.in_place`).
     carried: prompt tokens taken from a cache instead of prefilled (its
       slot's history, or another slot's shared prefix).
   """
