@@ -339,9 +339,10 @@ def main() -> None:
       " steps' slots, fewer their rows whole (SlotEngine.put_steps_from)",
   )  # fmt: skip
   parser.add_argument(
-      "--in_place", type=int, default=int(slot_engine.SlotEngine.in_place),
-      help="1: a gathered call on the whole cache whose live slots are each"
-      " shard's first runs on them in place (SlotEngine.in_place); 0: off",
+      "--in_place", type=int, default=-1,
+      help="1: a gathered call on the whole cache runs on its live slots in"
+      " place, moved to the front first (SlotEngine.in_place); 0: on taken"
+      " rows; -1: the engine's default (on TPU only)",
   )  # fmt: skip
   parser.add_argument(
       "--min_window", type=int, default=slot_engine.SlotEngine.min_window,
@@ -373,7 +374,8 @@ def main() -> None:
       prefill_chunk=args.prefill_chunk, prefill_rows=args.prefill_rows,
       decode_steps=args.decode_steps, temperature=1.0,
       share_prefixes=bool(args.share_prefixes), min_rows=args.min_rows,
-      put_steps_from=args.put_steps_from, in_place=bool(args.in_place),
+      put_steps_from=args.put_steps_from,
+      in_place=None if args.in_place < 0 else bool(args.in_place),
       min_window=args.min_window,
   )  # fmt: skip
   make = dict(replay=replay_workload, synthetic=synthetic_workload)

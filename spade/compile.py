@@ -880,7 +880,7 @@ def compile_engine(
   # program on the whole cache is compiled beside it, for comparison).
   calls = [(s, 0)] + [
       (r, p) for r in reversed(engine.rows[:-1])
-      for p in ((0, r) if engine.in_place else (0,))
+      for p in ((0, r) if engine.runs_in_place else (0,))
   ] * bool(gathered)  # fmt: skip
   for r, prefix in calls:
     args, fn, windows = generate_args, engine.generate, picked
@@ -924,7 +924,7 @@ def compile_engine(
     program.breakdown = hlo_bytes.breakdown(compiled)
     program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
     program.hbm_bytes_per_token = program.step_hbm_bytes * chips / r
-  if gathered and engine.in_place and len(engine.rows) > 1:
+  if gathered and engine.runs_in_place and len(engine.rows) > 1:
     # The server's move of live slots to the front of their shards (before
     # a call in place): two slots a shard swapped, every cache row of them.
     def swap():

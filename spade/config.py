@@ -184,10 +184,13 @@ def base_config() -> ConfigDict:
   # from 6 every count read less: docs/scale.md). `spade.compile --engine`
   # measures another value on another slice.
   c.sampling.put_steps_from = 6
-  # A gathered call on the whole cache whose live slots are each shard's
-  # first runs on them where they lie, reading and writing their cache in
-  # place (no take, no put: docs/scale.md); False: always take them.
-  c.sampling.in_place = True
+  # A gathered call on the whole cache runs on the live slots where they
+  # lie (moved to the front of their shards first), reading and writing
+  # their cache in place instead of taking it out and putting it back:
+  # "auto" on TPU (where XLA fuses the rows' slice into the attention; on
+  # v5p it reads less at every count: docs/scale.md), not on CPU (there it
+  # copies the rows every step: twice the time), "on" or "off" anywhere.
+  c.sampling.in_place = "auto"
 
   c.sandbox = ConfigDict()
   c.sandbox.backend = "gvisor"  # "gvisor" | "bwrap" | "none"
@@ -706,6 +709,7 @@ def base_config() -> ConfigDict:
 # Choices that must be one of a fixed set: dotted key -> allowed values.
 _CHOICES = {
     "model.family": ("gemma3", "qwen2", "qwen3"),
+    "sampling.in_place": ("auto", "on", "off"),
     "model.mlp_activation": ("gelu", "silu"),
     "model.dtype": ("float32", "bfloat16"),
     "model.param_dtype": ("float32", "bfloat16"),
@@ -1001,7 +1005,7 @@ def _get(config: ConfigDict, dotted: str):
   return node
 
 
-def slot_engine_options(sampling: ConfigDict) -> dict[str, int | bool]:
+def slot_engine_options(sampling: ConfigDict) -> dict[str, int | bool | None]:
   """The `SlotEngine` arguments `config.sampling` sets as they are (the
   slot and prefill-row counts, rounded to the mesh, are the caller's): one
   place for the loop's engine and `spade.compile`'s copy of it."""
@@ -1011,7 +1015,7 @@ def slot_engine_options(sampling: ConfigDict) -> dict[str, int | bool]:
       min_rows=sampling.min_rows,
       max_gathered_rows=sampling.max_gathered_rows,
       put_steps_from=sampling.put_steps_from,
-      in_place=sampling.in_place,
+      in_place={"auto": None, "on": True, "off": False}[sampling.in_place],
   )
 
 

@@ -333,9 +333,10 @@ class SlotEngine:
       steps-only put: XLA's memory-space assignment moved the loop's
       weights through more VMEM copies. From 6, every count read less:
       docs/scale.md.)
-    in_place: a gathered call on the whole cache whose live slots are each
-      shard's first runs on them where they lie (`generate`'s `prefix`):
-      the server's choice, when this is set.
+    in_place: the server moves a gathered call's live slots to the front
+      of their shards (`swap`) and runs it on them where they lie
+      (`generate`'s `prefix`), when the call is on the whole cache; None:
+      on TPU only (`runs_in_place`: on CPU XLA copies the rows every step).
     temperature, top_k, top_p: as for `Sampler` (temperature 0: greedy).
     mesh, rules: optional mesh and its logical axis rules (`config.mesh.
       rules`; needed with a mesh, as for `Sampler`).
@@ -358,7 +359,7 @@ class SlotEngine:
   min_rows: int = 0
   max_gathered_rows: int = 0
   put_steps_from: int = 6
-  in_place: bool = True
+  in_place: bool | None = None
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
@@ -425,6 +426,16 @@ class SlotEngine:
     """`_slot_axes` with a sliding window's ring's too: from a cache of
     one step to one of two, every leaf's slot axis grows."""
     return sampler_lib.slot_axes(self.init_cache, 1)
+
+  @functools.cached_property
+  def runs_in_place(self) -> bool:
+    """`in_place`, None resolved: whether the mesh's devices (or, without a
+    mesh, JAX's default backend) are TPUs."""
+    if self.in_place is not None:
+      return self.in_place
+    if self.mesh is not None:
+      return self.mesh.devices.flat[0].platform == "tpu"
+    return jax.default_backend() == "tpu"
 
   @functools.cached_property
   def can_continue(self) -> bool:

@@ -130,7 +130,7 @@ class Result:
     logprobs: float32[n], log_softmax of the raw logits at each token.
     finished: a stop id was emitted.
     slot: the slot it ended in (the server moves live slots to the front
-      of their shards before a call in place: `SlotEngine.in_place`).
+      of their shards before a call in place: `SlotEngine.runs_in_place`).
     carried: prompt tokens taken from a cache instead of prefilled (its
       slot's history, or another slot's shared prefix).
   """
@@ -547,7 +547,7 @@ class SlotServer:
     rows, index = self._rows()
     prefix = 0
     if (
-        eng.in_place
+        eng.runs_in_place
         and index is not None
         and window == eng.cache_length
         and (np.sort(index, axis=1) == np.arange(index.shape[1])).all()
@@ -600,7 +600,7 @@ class SlotServer:
     (`generate`'s `prefix`) instead of taking their cache out. One swap a
     shard per call of the swap program."""
     eng = self.engine
-    if not eng.in_place or self.programs.swap is None:
+    if not eng.runs_in_place or self.programs.swap is None:
       return
     rows, index = self._rows()
     if index is None:

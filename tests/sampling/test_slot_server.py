@@ -344,10 +344,16 @@ def test_put_steps_from_is_checked_and_reaches_the_engine():
     config_lib.validate(c)
   c = config_lib.base_config()
   c.sampling.put_steps_from = 9
-  c.sampling.in_place = False
   mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
   engine = compile_lib.slot_engine(c, mesh, c.mesh.rules, "agent")
-  assert engine.put_steps_from == 9 and not engine.in_place
+  # "auto": in place on TPU only, not on this CPU.
+  assert engine.put_steps_from == 9 and engine.in_place is None
+  assert not engine.runs_in_place
+  c.sampling.in_place = "on"
+  assert compile_lib.slot_engine(c, mesh, c.mesh.rules, "agent").in_place
+  c.sampling.in_place = "yes"
+  with pytest.raises(config_lib.ConfigError, match="sampling.in_place"):
+    config_lib.validate(c)
 
 
 @pytest.mark.slow
@@ -432,8 +438,8 @@ def test_calls_on_the_first_slots_run_where_they_lie(ring):
   no put); each request still samples what it samples alone."""
   cfg, params = ring
   engine = _engine(cfg, slots=4, min_rows=1, temperature=1.0,
-                   cache_length=64, min_window=8)  # fmt: skip
-  assert engine.in_place
+                   cache_length=64, min_window=8, in_place=True)  # fmt: skip
+  assert engine.runs_in_place
   server = E.SlotServer(engine, params)
   results = []
   server.run(_requests(PROMPTS[:3], [NEW, 3, 7], seed=5),
@@ -646,8 +652,7 @@ def test_sharded_engine_samples_what_one_device_samples(ring, slots, min_rows):
   results = server.run(_requests())
   assert engine.rows == ((4, 8) if min_rows else (4,))
   assert set(server.rows) == set(engine.rows)
-  # Its one live slot a shard was each shard's first: run in place.
-  assert server.prefix_calls == (1 if min_rows else 0)
+  assert server.prefix_calls == 0  # ("auto": in place on TPU only)
   ref = E.SlotServer(_engine(cfg, slots=4), params).run(_requests())
   ref = {r.request.key: r for r in ref}
   for res in results:
@@ -672,7 +677,7 @@ def test_live_slots_move_to_the_front_of_their_shards(ring):
   rules = config_lib.base_config().mesh.rules
   placed = sharding.shard_params(params, mesh, rules)
   engine = _engine(cfg, slots=8, prefill_rows=4, mesh=mesh, rules=rules,
-                   min_rows=4)  # fmt: skip
+                   min_rows=4, in_place=True)  # fmt: skip
   requests = _requests(PROMPTS + PROMPTS[:2], [1, 1, 1, 1, 6, 7, 8, 5])
   server = E.SlotServer(engine, placed)
   results = server.run(requests)
