@@ -322,10 +322,12 @@ class SlotEngine:
       holds them, shard by shard, so idle slots cost no decode steps (0:
       always every slot).
     max_gathered_rows: no gathered count above this (0: no cap): a call
-      whose live slots need more runs on every slot. A gathered call takes
-      its rows' cache out and puts it back, so on a TPU slice a count near
-      `slots` can read more a step than every slot does (`spade.compile
-      --bytes_breakdown` prints where gathering stops paying).
+      whose live slots need more runs on every slot. A gathered call on
+      taken rows (not `runs_in_place`, or a window below the whole cache)
+      takes their cache out and puts it back, so on a TPU slice a count
+      near `slots` can read more a step than every slot does
+      (`spade.compile --bytes_breakdown` prints where gathering stops
+      paying).
     put_steps_from: a gathered call on the whole cache with at least
       this many rows a shard puts back only the slots its steps wrote;
       with fewer, its rows whole. (Compiled for TPU slices, the Gemma 3
