@@ -57,7 +57,11 @@ time a parked history stays intact). Under a mesh each chip takes and puts
 its own rows (`jax.shard_map` over the batch axes), one slice and one
 in-place update a row: a whole-array gather or scatter is what the SPMD
 partitioner would make of it otherwise (a copy of every leaf in pieces, a
-select over the whole cache).
+select over the whole cache). In place (`in_place`, by default on TPU) a
+call on the whole cache takes nothing: the server first moves each
+shard's live slots to its first rows (`swap`), and the loop reads and
+writes those rows of the cache where they lie (`generate`'s `prefix`,
+`kv_cache.row_prefix`).
 
 Time and positions. Every slot writes its step-t key at cache time t (the
 clock, one scalar: one compiled step serves every slot), so a global layer's
