@@ -668,14 +668,19 @@ class _Analysis:
     if u.opcode == "dynamic-update-slice":
       return u.operands[0] == name and self._is_value(fused, u.name)
     if u.opcode == "fusion" and self._is_value(fused, u.name):
-      inner = u.attr("calls")
-      i = u.operands.index(name)
-      param = next(
-          o for o in self.comps[inner]
-          if o.opcode == "parameter" and self._param_index(o) == i
-      )  # fmt: skip
-      return self._updated_in_place(inner, param.name, depth + 1)
+      return self._updated_in_place(*self._inner_param(u, name), depth + 1)
     return False
+
+  def _inner_param(self, fusion: Op, name: str) -> tuple[str, str]:
+    """(computation, parameter) that the nested `fusion`'s operand `name`
+    is inside it."""
+    inner = fusion.attr("calls")
+    i = fusion.operands.index(name)
+    param = next(
+        o for o in self.comps[inner]
+        if o.opcode == "parameter" and self._param_index(o) == i
+    )  # fmt: skip
+    return inner, param.name
 
   def _sliced_bytes(self, fused: str, name: str, depth: int = 0):
     """The bytes of the slices taken of the fused parameter (or value)
@@ -699,13 +704,7 @@ class _Analysis:
       elif u.opcode == "fusion" and u.operands.count(name) == 1:
         # A nested fusion that slices its parameter (e.g. a prefix of the
         # cache's rows fused into a matmul's operand) reads what it takes.
-        inner = u.attr("calls")
-        i = u.operands.index(name)
-        param = next(
-            o for o in self.comps[inner]
-            if o.opcode == "parameter" and self._param_index(o) == i
-        )  # fmt: skip
-        got = self._sliced_bytes(inner, param.name, depth + 1)
+        got = self._sliced_bytes(*self._inner_param(u, name), depth + 1)
       else:
         got = None
       if got is None:
