@@ -849,7 +849,7 @@ def compile_engine(
   def worst(name, shape, flops, fn, args, at, windows=picked):
     """Each of `windows`' program; the one with the highest peak (or the
     first that does not fit), its compile time the sum, and the
-    whole-cache one's `Compiled` (None without it)."""
+    whole-cache one's `Compiled` (every program is compiled on it)."""
     results = []
     for w in windows:
       p = Program(
@@ -863,7 +863,7 @@ def compile_engine(
         else max((p for p, _, _ in results), key=lambda p: p.peak_bytes)
     )
     program.compile_s = sum(p.compile_s for p, _, _ in results)
-    return program, results[-1][2] if windows[-1] == c else None
+    return program, results[-1][2]
 
   rows = engine.prefill_rows
   prefill, _ = worst(
