@@ -756,6 +756,7 @@ def compile_engine(
     hbm_bytes,
     windows=2,
     gathered=True,
+    hlo_dir="",
 ):
   """The role's slot-engine programs (`spade.sampling.slot_engine`):
   prefill-insert and generate over `sampling.slots` slots of a
@@ -775,7 +776,9 @@ def compile_engine(
   `cost_analysis()` bytes accessed (a while loop's body counted once: about
   one decode step) per generated token, against the minimum a step must
   read: the parameters and every slot's cache, once; and those bytes by
-  category, HBM's among them (`spade.hlo_bytes`).
+  category, HBM's among them (`spade.hlo_bytes`). With `hlo_dir`, each
+  generate program's compiled HLO is written there
+  (`<program key>.hlo.txt`), for `spade.hlo_bytes` or a reader.
   """
   engine = slot_engine(config, mesh, rules, role)
   s, c, n = engine.slots, engine.cache_length, engine.decode_steps
@@ -922,6 +925,11 @@ def compile_engine(
     # HBM traffic by `spade.hlo_bytes`' rules (under a second a program);
     # `breakdown` only prints it.
     program.breakdown = hlo_bytes.breakdown(compiled)
+    if hlo_dir:
+      os.makedirs(hlo_dir, exist_ok=True)
+      path = os.path.join(hlo_dir, f"{program.key}.hlo.txt")
+      with open(path, "w") as f:
+        f.write(compiled.as_text())
     program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
     program.hbm_bytes_per_token = program.step_hbm_bytes * chips / r
   if gathered and engine.runs_in_place and len(engine.rows) > 1:
@@ -953,6 +961,7 @@ def run(
     engine_windows: int = 2,
     bytes_breakdown: bool = False,
     engine_gathered: bool = True,
+    hlo_dir: str = "",
     log=print,
 ) -> Report:
   """Compiles the config's programs for the named slice; returns the report.
@@ -974,6 +983,7 @@ def run(
       (`spade.hlo_bytes`; `breakdown_lines`).
     engine_gathered: also compile generate on each count of gathered live
       rows the server can choose (`SlotEngine.rows`).
+    hlo_dir: write each generate program's compiled HLO text there.
     log: called with each program's line as it finishes.
   """
   roles = _roles(roles)
@@ -1017,6 +1027,7 @@ def run(
           hbm,
           engine_windows,
           engine_gathered,
+          hlo_dir,
       ):
         add(program)
   return report
@@ -1074,7 +1085,8 @@ def breakdown_lines(
 ) -> list[str]:
   """A generate program's bytes per generated token by category: one
   `key=value` line (MiB a token, the slice's: per device x chips / slots,
-  as `bytes_per_token`), then its costliest operations, one a line.
+  as `bytes_per_token`; XLA's split, then `hbm_*`, the HBM traffic's),
+  then its costliest operations by HBM traffic, one a line.
 
   XLA's total, like `bytes_per_token`, counts what runs outside the decode
   loop (once a call of `steps` decode steps) as if it ran every step;
@@ -1094,7 +1106,11 @@ def breakdown_lines(
         f"{key}hbm_per_step_ratio={hbm / program.min_bytes_per_token:.2f}"
     )
   lines = [" ".join(pairs)]
-  for size, split, label in b.top:
+  # By HBM traffic (`hlo_bytes`' rules), the roofline's: XLA's own count
+  # takes every fusion's operands whole, so a program that slices the
+  # cache where it lies (the gathered calls in place) would list every
+  # row's read.
+  for size, split, label in b.hbm_top or b.top:
     parts = ",".join(
         f"{k}:{v * scale / 2**20:.2f}" for k, v in split.items() if v
     )
@@ -1171,6 +1187,12 @@ def _define_flags() -> None:
       " rows the server can choose (sampling.min_rows; SlotEngine.rows), each"
       " with its peak; --noengine_gathered: every slot only.",
   )
+  flags.DEFINE_string(
+      "hlo_dir",
+      "",
+      "With --engine: write each generate program's compiled HLO text to"
+      " DIR/<program key>.hlo.txt (e.g. for spade.hlo_bytes).",
+  )
   flags.DEFINE_integer(
       "engine_windows",
       2,
@@ -1212,6 +1234,7 @@ def main(argv: list[str]) -> None:
       engine_windows=f.engine_windows,
       bytes_breakdown=f.bytes_breakdown,
       engine_gathered=f.engine_gathered,
+      hlo_dir=f.hlo_dir,
       log=lambda line: print(line, flush=True),
   )
   print(report.summary(), flush=True)

@@ -271,6 +271,10 @@ class Breakdown:
   # moves through the chip's memory bandwidth, the roofline's bytes.
   hbm: dict[str, float] = dataclasses.field(default_factory=dict)
   hbm_outside: dict[str, float] = dataclasses.field(default_factory=dict)
+  # The costliest operations by those HBM rules.
+  hbm_top: list[tuple[float, dict[str, float], str]] = dataclasses.field(
+      default_factory=list
+  )
 
   @property
   def total(self) -> float:
@@ -289,6 +293,13 @@ class Breakdown:
     pairs.append(f"{prefix}outside_loops_mib={mib(sum(self.outside.values()))}")
     pairs.append(f"{prefix}xla_total_mib={mib(self.xla_total)}")
     pairs.append(f"{prefix}unexplained_mib={mib(self.unexplained)}")
+    if self.hbm:
+      # The roofline's split: a fusion's operand counted as the slices it
+      # takes, a buffer updated in place as its update, VMEM not at all.
+      hbm = lambda k: mib(self.hbm.get(k, 0.0))
+      pairs += [f"{prefix}hbm_{k}_mib={hbm(k)}" for k in CATEGORIES]
+      outside = mib(sum(self.hbm_outside.values()))
+      pairs.append(f"{prefix}hbm_outside_loops_mib={outside}")
     return pairs
 
 
@@ -735,14 +746,15 @@ def breakdown_text(
   analysis.run(entry)
   hbm = _Analysis(computations, entry, hbm_only=True)
   hbm.run(entry)
-  ops = sorted(analysis.per_op, key=lambda x: -x[0])[:top]
+  costliest = lambda a: sorted(a.per_op, key=lambda x: -x[0])[:top]
   return Breakdown(
       dict(analysis.bytes),
       xla_total,
-      ops,
+      costliest(analysis),
       analysis.outside,
       dict(hbm.bytes),
       hbm.outside,
+      costliest(hbm),
   )
 
 

@@ -13,6 +13,7 @@ pytest.importorskip("libtpu", reason="needs jax[tpu]: pip install -e .[tpu]")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from spade import compile as compile_lib
+from spade import hlo_bytes
 from spade.model import topology
 
 GIB = 1024**3
@@ -202,13 +203,13 @@ def _small_engine(c):
 
 
 @pytest.mark.slow
-def test_slot_engine_programs_compile_and_report_bytes_per_token():
+def test_slot_engine_programs_compile_and_report_bytes_per_token(tmp_path):
   c = _tiny()
   _small_engine(c)
   lines = []
   report = compile_lib.run(
       c, "v5p-8", update=False, samplers=False, engine=True,
-      bytes_breakdown=True, log=lines.append,
+      bytes_breakdown=True, hlo_dir=str(tmp_path), log=lines.append,
   )  # fmt: skip
   names = [p.name for p in report.programs]
   # Generate over every slot, then over the 4 gathered live rows the server
@@ -303,6 +304,13 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token():
   # once, as the prefetch's read).
   assert 0 < sum(b.hbm.values()) <= b.total
   assert b.hbm["cache_read"] > 0
+  # The HBM split is printed beside XLA's (per token: chips / slots = 4 / 8),
+  # and the program's HLO was written where asked, the same module.
+  assert float(pairs["agent_slots_bytes_hbm_cache_read_mib"]) == pytest.approx(
+      b.hbm["cache_read"] * 4 / 8 / 2**20, abs=0.01
+  )
+  written = (tmp_path / "agent_slots.hlo.txt").read_text()
+  assert hlo_bytes.breakdown_text(written).hbm == b.hbm
   assert (
       0
       < float(pairs["agent_slots_bytes_hbm_per_step_mib"])
