@@ -106,6 +106,7 @@ class ModelConfig:
   attention_chunk: int = 0
   separate_heads: bool = False
   kv_cache_dtype: str = ""
+  decode_mlp_pad_rows: int = 0
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":
@@ -147,6 +148,12 @@ class ModelConfig:
       raise ValueError(
           f"config.model.kv_cache_dtype={values['kv_cache_dtype']!r} is not"
           f" one of {KV_CACHE_DTYPES}"
+      )
+    pad = values.get("decode_mlp_pad_rows", 0)
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+      raise ValueError(
+          f"config.model.decode_mlp_pad_rows={pad!r} must be an int >= 0"
+          " (0: never pad; the tensor-axis pod configs use 128)"
       )
     return cls(**values)
 

@@ -200,16 +200,16 @@ def _summed_shapes(hlo: str) -> set[str]:
   return {s for op in ops for s in re.findall(r"\w+\[[\d,]*\]", op)}
 
 
-def _one_token_step(cfg, rules=None, mesh_sizes=(2, 2, 2)):
-  """(a one-token step's logits on one device, on the decoding layout over
-  `mesh_sizes` under `rules` (the base config's), the sharded program's HLO
-  text)."""
+def _one_token_step(cfg, rules=None, mesh_sizes=(2, 2, 2), rows=8):
+  """(a one-token step's logits on `rows` rows on one device, on the
+  decoding layout over `mesh_sizes` under `rules` (the base config's), the
+  sharded program's HLO text)."""
   params = T.init_params(cfg, jax.random.key(0))
   per_layer = layout.to_per_layer_layout(params, cfg)
   model = T.Transformer(
       architecture.ModelConfig.from_config(cfg), per_layer=True
   )
-  tokens = jax.random.randint(jax.random.key(1), (8, 1), 0, 259)
+  tokens = jax.random.randint(jax.random.key(1), (rows, 1), 0, 259)
   positions = jnp.full(tokens.shape, 3)
 
   def forward(params, tokens, positions):
@@ -291,3 +291,36 @@ def test_one_token_step_with_down_on_the_train_split():
   assert any(s.endswith(",32]") for s in summed), summed
   assert not any(s.endswith(",64]") for s in summed), summed
   assert not any("96" in s for s in summed), summed
+
+
+def test_one_token_steps_mlp_runs_on_rows_padded_to_the_multiple():
+  """`model.decode_mlp_pad_rows` (the tensor-axis pod configs' 128, here
+  16): a one-token step on 12 rows over 4 row shards (3 a shard) runs its
+  MLP on 16 (4 a shard, each shard's pad at its end), so its matmuls are
+  [16, ...]; the logits equal one device's, and those of the same step
+  without the pad. 8 rows (not more than half of 16) are not padded."""
+  pod = config_lib.tpu_pod_config(
+      {}, fsdp=2, tensor=2, checkpoint_kind="none", tokenizer_kind="bytes",
+      variant="", config_file="test",
+  )  # fmt: skip
+  assert pod.model.decode_mlp_pad_rows == 128
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.mlp_dim = 2, 96
+  _, plain, plain_hlo = _one_token_step(cfg, pod.mesh.rules, rows=12)
+  cfg.decode_mlp_pad_rows = 16
+  single, sharded, hlo = _one_token_step(cfg, pod.mesh.rules, rows=12)
+  np.testing.assert_allclose(sharded, single, atol=1e-5)
+  np.testing.assert_allclose(sharded, plain, atol=1e-6)
+  # A chip's MLP hidden (the 96-wide hidden over tensor: 48) on its data
+  # shard's rows: 8 of the padded 16, not 6 of the 12.
+  assert re.search(r"\[8,48\]", hlo), "the MLP did not run on 16 rows"
+  assert re.search(r"\[6,48\]", plain_hlo)
+  assert not re.search(r"\[8,48\]", plain_hlo)
+  *_, eight = _one_token_step(cfg, pod.mesh.rules, rows=8)
+  assert re.search(r"\[4,48\]", eight) and not re.search(r"\[8,48\]", eight)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_decode_mlp_pad_rows_takes_a_count(bad):
+  with pytest.raises(ValueError, match="decode_mlp_pad_rows"):
+    architecture.ModelConfig.from_config({"decode_mlp_pad_rows": bad})
