@@ -214,12 +214,11 @@ def padded_rows(cfg: architecture.ModelConfig, fn, x: Array):
   embedding's fsdp shards, and the TPU compiler lays that matmul operand
   out with its rows on the vector lanes (128). At 256 or 128 rows the
   gather lands in that layout; at 192 or 96 it lands shard by shard and a
-  copy and a reshape a layer lay it out again, and down's partial sums
-  are all-reduced rather than reduce-scattered. Run on 256 (or 128) rows
-  the MLP has none of those: 192 rows' HBM ratio 1.58 -> 1.46, 96 rows'
-  1.48 -> 1.36. At 64 rows and fewer the compiler picks another layout
-  and the pad only adds bytes (16 rows' 1.21 -> 1.68 with every
-  projection padded), hence more than m / 2 only."""
+  copy and a reshape a layer lay it out again. Run on 256 (or 128) rows
+  the MLP has neither: 192 rows' HBM ratio 1.58 -> 1.46, 96 rows' 1.48 ->
+  1.36. At 64 rows and fewer the compiler picks another layout and the
+  pad only adds bytes (16 rows' 1.21 -> 1.68 with every projection
+  padded), hence more than m / 2 only."""
   m = cfg.decode_mlp_pad_rows
   r = x.shape[0]
   if not m or not stationary(cfg, x) or r % m == 0 or 2 * r <= m:
