@@ -117,6 +117,9 @@ def get_config(arg=None):
     c.optim.lora_rank = _SINGLE[model]
   # A GPU host has fewer cores than a TPU host's 100-200.
   c.sandbox.num_sandboxes = 8
+  # The 12B's and 27B's TPU configs pad the MLP's rows to the TPU's 128
+  # lanes (`layers.padded_rows`), a TPU layout's fix, unmeasured on GPU.
+  c.model.decode_mlp_pad_rows = 0
   if runlocal:
     # The tiny model on 8 fake CPU devices (batch shards: 8).
     c.mesh.fsdp = min(c.mesh.fsdp, 4)
