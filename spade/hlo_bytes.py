@@ -552,7 +552,13 @@ class _Analysis:
       size = self._size(op.elements[0])
       src = self._shape(comp, op.operands[0])
       reads = self._size(_split_tuple(src)[0] if src.startswith("(") else src)
-      put("copy", size + reads)
+      cat = "copy"
+      if self.hbm_only and reads and not size:
+        # A prefetch into VMEM: its HBM traffic is the read of what it
+        # fetches, the weights' or the cache's.
+        read = self.read_category(comp, op.operands[0])
+        cat = read if read in ("weights", "cache_read") else cat
+      put(cat, size + reads)
     elif oc in ("slice", "dynamic-slice", "gather"):
       size = self._size(op.shape)
       cat = self.read_category(comp, op.operands[0])

@@ -283,9 +283,15 @@ def test_unexplained_is_what_xla_counts_beyond_the_rules():
   pairs = dict(kv.split("=") for kv in b.lines("g_", scale=2.0))
   assert float(pairs["g_weights_mib"]) == pytest.approx(2 * W / 2**20, abs=0.01)
   assert set(pairs) == {f"g_{k}_mib" for k in hlo_bytes.CATEGORIES} | {
+      f"g_hbm_{k}_mib" for k in hlo_bytes.CATEGORIES
+  } | {
       "g_total_mib", "g_outside_loops_mib", "g_xla_total_mib",
-      "g_unexplained_mib",
+      "g_unexplained_mib", "g_hbm_outside_loops_mib",
   }  # fmt: skip
+  # The HBM split beside XLA's, at the same scale.
+  assert float(pairs["g_hbm_weights_mib"]) == pytest.approx(
+      2 * b.hbm["weights"] / 2**20, abs=0.01
+  )
 
 
 def test_a_module_without_an_entry_is_an_error():
@@ -304,12 +310,22 @@ def test_hbm_bytes_leave_out_what_lives_in_vmem():
   assert vmem != _MODULE
   b = hlo_bytes.breakdown_text(vmem)
   assert b.bytes == hlo_bytes.breakdown_text(_MODULE).bytes
-  assert b.hbm["copy"] == K  # read from HBM, written to VMEM
+  # Without a memory space the HBM view is every array's bytes.
+  plain = hlo_bytes.breakdown_text(_MODULE)
+  assert plain.hbm["copy"] == 2 * K and plain.hbm["weights"] == W
+  # Read from HBM, written to VMEM: a prefetch, whose HBM traffic is a
+  # read of the cache.
+  assert b.hbm["copy"] == 0
+  assert b.hbm["cache_read"] == plain.hbm["cache_read"] + K
   assert b.hbm["weights"] == W
   # The tuples' pointer tables are not HBM traffic either.
   assert b.hbm["loop_state"] == 0
   assert sum(b.hbm_outside.values()) == K
-  assert b.hbm_outside["copy"] == K
-  # Without a memory space the HBM view is every array's bytes.
-  plain = hlo_bytes.breakdown_text(_MODULE)
-  assert plain.hbm["copy"] == 2 * K and plain.hbm["weights"] == W
+  assert b.hbm_outside["cache_read"] == K
+  # The costliest operations by HBM traffic: the copy is its read alone.
+  sizes = {label.split()[0]: size for size, _, label in b.hbm_top}
+  assert sizes["copy"] == K
+  assert {label.split()[0]: size for size, _, label in b.top}["copy"] == 2 * K
+  assert [x[0] for x in b.hbm_top] == sorted(
+      (x[0] for x in b.hbm_top), reverse=True
+  )
