@@ -206,8 +206,8 @@ def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
 def padded_rows(cfg: architecture.ModelConfig, fn, x: Array):
   """fn(x) for a one-token step's x [rows, ...], its rows padded with zeros
   up to a multiple of `m = config.model.decode_mlp_pad_rows` (each shard's
-  at its end, so none moves) when the mesh splits them and there are more
-  than m / 2 and not a multiple of m; the pad sliced off fn's output.
+  at its end, so none moves) when the mesh splits them and there are at
+  least m / 2 and not a multiple of m; the pad sliced off fn's output.
 
   Why (the Gemma 3 12B's gathered calls on v5p-128, 6 layers): under a
   tensor-axis pod config's rules the MLP's input is gathered over its
@@ -216,12 +216,12 @@ def padded_rows(cfg: architecture.ModelConfig, fn, x: Array):
   gather lands in that layout; at 192 or 96 it lands shard by shard and a
   copy and a reshape a layer lay it out again. Run on 256 (or 128) rows
   the MLP has neither: 192 rows' HBM ratio 1.58 -> 1.46, 96 rows' 1.48 ->
-  1.36. At 64 rows and fewer the compiler picks another layout and the
-  pad only adds bytes (16 rows' 1.21 -> 1.68 with every projection
-  padded), hence more than m / 2 only."""
+  1.36, 64 rows' 1.43 -> 1.40. Under 64 the compiler picks another layout
+  and the pad only adds bytes (48 rows' 1.38 -> 1.42, 32 rows' 1.31 ->
+  1.44, 16 rows' 1.21 -> 1.47), hence at least m / 2 only."""
   m = cfg.decode_mlp_pad_rows
   r = x.shape[0]
-  if not m or not stationary(cfg, x) or r % m == 0 or 2 * r <= m:
+  if not m or not stationary(cfg, x) or r % m == 0 or 2 * r < m:
     return fn(x)
   shards = kv_cache.row_shards()
   full = -(-r // m) * m

@@ -298,7 +298,7 @@ def test_one_token_steps_mlp_runs_on_rows_padded_to_the_multiple():
   16): a one-token step on 12 rows over 4 row shards (3 a shard) runs its
   MLP on 16 (4 a shard, each shard's pad at its end), so its matmuls are
   [16, ...]; the logits equal one device's, and those of the same step
-  without the pad. 8 rows (not more than half of 16) are not padded."""
+  without the pad. 8 rows (half of 16) are padded too, 4 are not."""
   pod = config_lib.tpu_pod_config(
       {}, fsdp=2, tensor=2, checkpoint_kind="none", tokenizer_kind="bytes",
       variant="", config_file="test",
@@ -316,8 +316,10 @@ def test_one_token_steps_mlp_runs_on_rows_padded_to_the_multiple():
   assert re.search(r"\[8,48\]", hlo), "the MLP did not run on 16 rows"
   assert re.search(r"\[6,48\]", plain_hlo)
   assert not re.search(r"\[8,48\]", plain_hlo)
+  *_, four = _one_token_step(cfg, pod.mesh.rules, rows=4)
+  assert re.search(r"\[2,48\]", four) and not re.search(r"\[8,48\]", four)
   *_, eight = _one_token_step(cfg, pod.mesh.rules, rows=8)
-  assert re.search(r"\[4,48\]", eight) and not re.search(r"\[8,48\]", eight)
+  assert re.search(r"\[8,48\]", eight), "8 rows (half of 16) not padded"
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True])
