@@ -104,7 +104,7 @@ def base_config() -> ConfigDict:
   # changes the attention's values by the rounding (benchmarks/README.md).
   c.model.kv_cache_dtype = ""
   # A one-token step's MLP pads its rows to a multiple of this when the mesh
-  # splits them and there are more than half of it (`layers.padded_rows`);
+  # splits them and there are at least half of it (`layers.padded_rows`);
   # 0: never. The tensor-axis pod configs set 128 (the TPU's lanes).
   c.model.decode_mlp_pad_rows = 0
   # False: one output layer, heads/shared/unembedding, for both roles (the
