@@ -923,15 +923,17 @@ def compile_engine(
     program.bytes_per_token = step * chips / r
     program.min_bytes_per_token = floor * chips / r
     # HBM traffic by `spade.hlo_bytes`' rules (under a second a program);
-    # `breakdown` only prints it.
-    program.breakdown = hlo_bytes.breakdown(compiled)
+    # `breakdown` only prints it. The module's text is taken once, for the
+    # rules and for `hlo_dir`.
+    text = compiled.as_text()
+    program.breakdown = hlo_bytes.breakdown_text(text, step)
+    program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
+    program.hbm_bytes_per_token = program.step_hbm_bytes * chips / r
     if hlo_dir:
       os.makedirs(hlo_dir, exist_ok=True)
       path = os.path.join(hlo_dir, f"{program.key}.hlo.txt")
       with open(path, "w") as f:
-        f.write(compiled.as_text())
-    program.step_hbm_bytes = per_step_bytes(program.breakdown, n)[1]
-    program.hbm_bytes_per_token = program.step_hbm_bytes * chips / r
+        f.write(text)
   if gathered and engine.runs_in_place and len(engine.rows) > 1:
     # The server's move of live slots to the front of their shards (before
     # a call in place): two slots a shard swapped, every cache row of them.
