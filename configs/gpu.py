@@ -120,6 +120,12 @@ def get_config(arg=None):
   # The 12B's and 27B's TPU configs pad the MLP's rows to the TPU's 128
   # lanes (`layers.padded_rows`), a TPU layout's fix, unmeasured on GPU.
   c.model.decode_mlp_pad_rows = 0
+  # And keep the residual stream as training does (`layers.residual`;
+  # measured on TPU only).
+  c.mesh.rules = tuple(
+      (name, None if name == "decode_residual" else target)
+      for name, target in c.mesh.rules
+  )
   if runlocal:
     # The tiny model on 8 fake CPU devices (batch shards: 8).
     c.mesh.fsdp = min(c.mesh.fsdp, 4)

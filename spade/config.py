@@ -145,6 +145,11 @@ def base_config() -> ConfigDict:
       ("decode_mlp", ("fsdp", "tensor")),
       ("decode_down", ("fsdp", "tensor")),
       ("decode_embed", None),
+      # And a one-token step's residual stream between the layers: None
+      # keeps it as training does (rows over "batch", the width whole); a
+      # mesh axis keeps its rows whole and its width split there
+      # (`layers.residual`).
+      ("decode_residual", None),
       ("vocab", "tensor"),
       ("embed", "fsdp"),
       ("heads", "tensor"),
@@ -855,6 +860,7 @@ def tpu_pod_config(
     rules["decode_mlp"] = ("tensor", "fsdp")
     rules["decode_down"] = "tensor"
     rules["decode_embed"] = "fsdp"
+    rules["decode_residual"] = "fsdp"
     c.mesh.rules = tuple(rules.items())
     # Under those rules a one-token step's MLP runs on its rows padded to
     # the TPU's 128 lanes when there are 64 or more (`layers.padded_rows`:

@@ -80,14 +80,14 @@ def _constrain(x: Array, *axes: str | None) -> Array:
   return nn.with_logical_constraint(x, fitted_axes(x.shape, axes))
 
 
-def row_shards() -> int:
-  """How many shards the cache's rows are split into under the mesh and
-  rules the trace runs under (the product of "batch"'s mesh axes; 1 with
-  no mesh)."""
+def row_shards(name: str = "batch") -> int:
+  """How many shards the cache's rows (or those of logical axis `name`)
+  are split into under the mesh and rules the trace runs under (the
+  product of its mesh axes; 1 with no mesh)."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:
     return 1
-  axes = nn.logical_to_mesh_axes(("batch",), nn.get_logical_axis_rules())[0]
+  axes = nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
   if axes is None:
     return 1
   axes = (axes,) if isinstance(axes, str) else tuple(axes)

@@ -116,6 +116,7 @@ _IMPLIED = (
     ("decode_mlp", ("fsdp", "tensor")),
     ("decode_down", ("fsdp", "tensor")),
     ("decode_embed", None),
+    ("decode_residual", None),
     ("cache_heads", "tensor"),
 )
 

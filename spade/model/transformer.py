@@ -293,7 +293,7 @@ class Transformer(nn.Module):
       x = jnp.take(embedding, tokens, axis=0).astype(dtype)
     if cfg.scale_embeddings:
       x = x * jnp.sqrt(float(cfg.embed_dim)).astype(dtype)
-    x = layers.constrain(x, "batch", "length", "embed")
+    x = layers.residual(cfg, x)
 
     new_cache = {} if cache is not None else None
     # Training (no cache) can keep only what the remat policy saves of each

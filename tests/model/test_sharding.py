@@ -293,6 +293,43 @@ def test_one_token_step_with_down_on_the_train_split():
   assert not any("96" in s for s in summed), summed
 
 
+def test_one_token_step_keeps_the_residual_where_the_projections_meet_it():
+  """A tensor-axis pod config's rules name "decode_residual" (fsdp): a
+  one-token step keeps the residual stream with its rows whole and its
+  width split over fsdp (`layers.residual`), where the query, key and
+  value projections take it and the attention's output and down leave
+  it, so its rows never move between layouts (no all-to-all; the norms
+  sum their squares across fsdp, f32[rows, 1]). With the rule left out
+  (the layout the train step keeps) the same step moves them at every
+  projection, as it does on fewer rows than half of
+  `model.decode_mlp_pad_rows` (8 rows under 32). The logits equal one
+  device's every way."""
+  pod = config_lib.tpu_pod_config(
+      {}, fsdp=2, tensor=2, checkpoint_kind="none", tokenizer_kind="bytes",
+      variant="", config_file="test",
+  )  # fmt: skip
+  assert dict(pod.mesh.rules)["decode_residual"] == "fsdp"
+  without = tuple(r for r in pod.mesh.rules if r[0] != "decode_residual")
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.mlp_dim = 2, 96
+  moves = {}
+  for name, rules, pad in (
+      ("kept", pod.mesh.rules, 0),
+      ("train", without, 0),
+      ("few rows", pod.mesh.rules, 32),
+  ):
+    cfg.decode_mlp_pad_rows = pad
+    single, sharded, hlo = _one_token_step(cfg, rules)
+    np.testing.assert_allclose(sharded, single, atol=1e-5)
+    moves[name] = len(re.findall(r" all-to-all(?:-start)?\(", hlo))
+    if name == "kept":
+      assert "f32[4,1]" in _summed_shapes(hlo), _summed_shapes(hlo)
+  # (The one left is in the output layer, moving its logits.)
+  assert moves["kept"] <= 1, moves
+  assert moves["train"] >= 2 * cfg.num_layers, moves
+  assert moves["few rows"] == moves["train"], moves
+
+
 def test_one_token_steps_mlp_runs_on_rows_padded_to_the_multiple():
   """`model.decode_mlp_pad_rows` (the tensor-axis pod configs' 128, here
   16): a one-token step on 12 rows over 4 row shards (3 a shard) runs its
