@@ -854,8 +854,10 @@ def tpu_pod_config(
   c.mesh.fsdp, c.mesh.tensor = fsdp, tensor
   if tensor > 1:
     # A one-token step's down projection on the train split, gate and up's
-    # hidden over tensor first (`layers.DECODE_PARAM_AXES`): the Gemma 3
-    # 12B's and 27B's (tensor 4 and 8) every-slot steps read less.
+    # hidden over tensor first (`layers.DECODE_PARAM_AXES`), and its
+    # residual stream's width over fsdp, where the projections meet it
+    # (`layers.residual`): the Gemma 3 12B's and 27B's (tensor 4 and 8)
+    # every-slot steps read less.
     rules = dict(c.mesh.rules)
     rules["decode_mlp"] = ("tensor", "fsdp")
     rules["decode_down"] = "tensor"
