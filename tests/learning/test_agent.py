@@ -172,21 +172,24 @@ def run(
   return {"start": start, "end": end, "history": history}
 
 
-@pytest.fixture(scope="module")
-def honest():
-  return run(None)
+# The honest run's rate ends above LEARNED; a sabotaged run's under
+# SABOTAGED, so at least GAP below it. (Each sabotaged test once compared
+# with the honest run itself, a module fixture: every xdist worker that drew
+# one of these tests ran it again, up to three times a suite.)
+LEARNED, SABOTAGED, GAP = 0.5, 0.15, 0.3
+assert LEARNED - SABOTAGED >= GAP
 
 
-def test_agent_learns_the_rewarded_reply(honest):
+def test_agent_learns_the_rewarded_reply():
+  honest = run(None)
   assert honest["start"] < 0.05
-  assert honest["end"] > 0.5, honest
+  assert honest["end"] > LEARNED, honest
 
 
 @pytest.mark.parametrize("sabotage", ["negated", "mask_early", "mask_late"])
-def test_sabotaged_updates_do_not_learn_it(honest, sabotage):
+def test_sabotaged_updates_do_not_learn_it(sabotage):
   got = run(sabotage)
-  assert got["end"] < 0.15, got
-  assert got["end"] < honest["end"] - 0.3
+  assert got["end"] < SABOTAGED, got
 
 
 if __name__ == "__main__":

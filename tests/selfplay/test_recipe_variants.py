@@ -155,18 +155,17 @@ def test_draw_pool_is_the_references_draw_without_replacement():
   assert sorted(small) == names[:2]
 
 
-@pytest.fixture(scope="module")
-def rlve_run(tmp_path_factory):
-  if importlib.util.find_spec("Gym") is None:
-    pytest.skip("rlve-gym is not installed (pip install -e '.[eval]')")
-  workdir = str(tmp_path_factory.mktemp("rlve") / "resumed")
-  _run("rlve_runlocal", workdir, 1, PROMOTE)
-  return workdir
-
-
 @pytest.mark.sandbox
 @pytest.mark.slow
-def test_rlve_runlocal_logs_every_environments_level(rlve_run):
+def test_rlve_logs_every_level_and_its_windows_survive_a_resume(tmp_path):
+  """One iteration of rlve_runlocal logs every environment's level; a run
+  resumed from it to two keeps the windows and plays what an uninterrupted
+  run plays. (One test: as two sharing the first run, a module fixture,
+  each xdist worker that drew one of them made that run again.)"""
+  if importlib.util.find_spec("Gym") is None:
+    pytest.skip("rlve-gym is not installed (pip install -e '.[eval]')")
+  rlve_run = str(tmp_path / "resumed")
+  _run("rlve_runlocal", rlve_run, 1, PROMOTE)
   (row,) = metrics_lib.read_metrics(rlve_run)
   for name in rlve.OFFICIAL:
     # Two plays at level 0, then the promotion the test's tau allows.
@@ -176,11 +175,6 @@ def test_rlve_runlocal_logs_every_environments_level(rlve_run):
   assert sorted(_played(rlve_run, 0)) == sorted(
       f"rlve:{n}@d0" for n in rlve.OFFICIAL
   )
-
-
-@pytest.mark.sandbox
-@pytest.mark.slow
-def test_rlve_windows_survive_a_resume(rlve_run, tmp_path):
   out = _run("rlve_runlocal", rlve_run, 2, PROMOTE)
   assert "resumed from" in out
   reference = str(tmp_path / "uninterrupted")
