@@ -173,11 +173,10 @@ def run(
 
 
 # The honest run's rate ends above LEARNED; a sabotaged run's under
-# SABOTAGED, so at least GAP below it. (Each sabotaged test once compared
+# SABOTAGED, so at least 0.35 below it. (Each sabotaged test once compared
 # with the honest run itself, a module fixture: every xdist worker that drew
 # one of these tests ran it again, up to three times a suite.)
-LEARNED, SABOTAGED, GAP = 0.5, 0.15, 0.3
-assert LEARNED - SABOTAGED >= GAP
+LEARNED, SABOTAGED = 0.5, 0.15
 
 
 def test_agent_learns_the_rewarded_reply():
