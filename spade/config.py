@@ -103,9 +103,11 @@ def base_config() -> ConfigDict:
   # a decode step reads mostly cache: docs/scale.md). Off by default: it
   # changes the attention's values by the rounding (benchmarks/README.md).
   c.model.kv_cache_dtype = ""
-  # A one-token step's MLP pads its rows to a multiple of this when the mesh
-  # splits them and there are at least half of it (`layers.padded_rows`);
-  # 0: never. The tensor-axis pod configs set 128 (the TPU's lanes).
+  # A one-token step's MLP pads its rows to a multiple of this when its
+  # input gathers them (the mesh splits them, or the residual is kept in the
+  # decoding layout, rule "decode_residual") and there are at least half of
+  # it (`layers.padded_rows`); 0: never. The tensor-axis pod configs set 128
+  # (the TPU's lanes).
   c.model.decode_mlp_pad_rows = 0
   # False: one output layer, heads/shared/unembedding, for both roles (the
   # reference's one model); True: one per role, heads/designer/unembedding

@@ -203,6 +203,13 @@ def stationary(cfg: architecture.ModelConfig, x: Array) -> bool:
   return cfg.decode_sharding == "stationary" and x.ndim >= 2 and x.shape[1] == 1
 
 
+def _half_the_pad(cfg: architecture.ModelConfig, rows: int) -> bool:
+  """At least half of `model.decode_mlp_pad_rows` rows: from there the MLP
+  runs on a multiple of it (`padded_rows`), and the residual is kept in
+  the decoding layout (`residual_kept`)."""
+  return 2 * rows >= cfg.decode_mlp_pad_rows
+
+
 def residual_kept(cfg: architecture.ModelConfig, x: Array) -> bool:
   """Whether a step on x [rows, ...] keeps its residual stream in the
   decoding layout (`residual`): a one-token step under rules that name
@@ -211,7 +218,7 @@ def residual_kept(cfg: architecture.ModelConfig, x: Array) -> bool:
   return (
       stationary(cfg, x)
       and _mesh_axes("decode_residual") is not None
-      and 2 * x.shape[0] >= cfg.decode_mlp_pad_rows
+      and _half_the_pad(cfg, x.shape[0])
   )
 
 
@@ -255,7 +262,7 @@ def padded_rows(cfg: architecture.ModelConfig, fn, x: Array):
   1.44, 16 rows' 1.21 -> 1.47), hence at least m / 2 only."""
   m = cfg.decode_mlp_pad_rows
   r = x.shape[0]
-  if not m or not stationary(cfg, x) or r % m == 0 or 2 * r < m:
+  if not m or not stationary(cfg, x) or r % m == 0 or not _half_the_pad(cfg, r):
     return fn(x)
   kept = residual_kept(cfg, x)
   # The rows' shards where the MLP's input comes from: the residual's
