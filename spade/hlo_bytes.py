@@ -237,7 +237,20 @@ def parse(text: str) -> tuple[dict[str, list[Op]], str]:
   entry computation's name."""
   computations: dict[str, list[Op]] = {}
   entry, current = "", None
+  lines, inside = [], False
   for line in text.splitlines():
+    # An instruction's attributes can run over several lines (a Pallas
+    # kernel's `kernel_metadata` JSON): a line inside a computation that is
+    # neither indented nor its closing brace continues the one before.
+    if inside and line and not line[0].isspace() and line.rstrip() != "}":
+      lines[-1] += line
+      continue
+    if not inside:
+      inside = bool(_HEADER.match(line)) and line.rstrip().endswith("{")
+    elif line.rstrip() == "}":
+      inside = False
+    lines.append(line)
+  for line in lines:
     if current is None:
       m = _HEADER.match(line)
       if m and line.rstrip().endswith("{"):
@@ -576,7 +589,7 @@ class _Analysis:
       upd = self._size(self._shape(comp, op.operands[-1]))
       cat = "cache_write" if out_kind == "cache" else "gather_scatter"
       put(cat, 3 * upd + self._size(self._shape(comp, op.operands[1])))
-    elif oc == "custom-call":
+    elif oc == "custom-call" and "tpu_custom_call" not in op.attrs:
       # XLA counts a custom call's bytes as unknown (-1).
       return
     elif oc in ("all-gather", "all-gather-start"):

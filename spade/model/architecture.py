@@ -68,6 +68,13 @@ KERNEL_LAYOUTS = ("in_out", "out_in")
 # per (row, KV head, position) (`spade.model.kv_cache.quantize`).
 KV_CACHE_DTYPES = ("", "int8")
 
+# `config.model.decode_mlp_kernel`: how a one-token step whose residual is
+# kept in the decoding layout runs gate and up: "xla" as two matmuls on
+# their gathered input; "pallas" as `spade.model.fused_mlp`'s kernel on a
+# TPU mesh (XLA's matmuls elsewhere); "interpret" that kernel in Pallas' TPU
+# interpreter on any backend (tests).
+DECODE_MLP_KERNELS = ("xla", "pallas", "interpret")
+
 # The two stacks of scanned layers (see the module docstring).
 STACKS = ("layers", "tail")
 
@@ -107,6 +114,7 @@ class ModelConfig:
   separate_heads: bool = False
   kv_cache_dtype: str = ""
   decode_mlp_pad_rows: int = 0
+  decode_mlp_kernel: str = "xla"
 
   @classmethod
   def from_config(cls, model_config) -> "ModelConfig":
@@ -148,6 +156,11 @@ class ModelConfig:
       raise ValueError(
           f"config.model.kv_cache_dtype={values['kv_cache_dtype']!r} is not"
           f" one of {KV_CACHE_DTYPES}"
+      )
+    if values.get("decode_mlp_kernel", "xla") not in DECODE_MLP_KERNELS:
+      raise ValueError(
+          f"config.model.decode_mlp_kernel={values['decode_mlp_kernel']!r}"
+          f" is not one of {DECODE_MLP_KERNELS}"
       )
     pad = values.get("decode_mlp_pad_rows", 0)
     if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade.model import architecture
+from spade.model import fused_mlp
 from spade.model import kv_cache
 from spade.model import mesh_fit
 
@@ -735,6 +736,16 @@ class MLP(nn.Module):
 
   def _body(self, x, gate_proj, up_proj, down_proj):
     cfg = self.cfg
+    if self._fused(x):
+      # Gate and up as one Pallas kernel that gathers its input into VMEM
+      # (`fused_mlp`); down as `Linear` runs it.
+      hidden = fused_mlp.gate_up(
+          cfg,
+          constrain(x[:, 0], "decode_batch", "decode_residual"),
+          gate_proj.variables["params"]["kernel"],
+          up_proj.variables["params"]["kernel"],
+      )
+      return checkpoint_name(down_proj(hidden[:, None]), "mlpwo")
     gate = checkpoint_name(gate_proj(x), "mlpwi")
     up = checkpoint_name(up_proj(x), "mlpwi")
     gate32 = gate.astype(jnp.float32)
@@ -753,6 +764,19 @@ class MLP(nn.Module):
       hidden = constrain(hidden, "batch", "length", "mlp")
     y = down_proj(hidden)
     return checkpoint_name(y, "mlpwo")
+
+  def _fused(self, x) -> bool:
+    """Whether gate and up run as `fused_mlp`'s kernel: where it says so,
+    on the decoding layout's kernels (`decode_fits`)."""
+    cfg = self.cfg
+    shape = (cfg.embed_dim, cfg.mlp_dim)
+    return (
+        not cfg.scan_decode
+        and not self.is_initializing()
+        and fused_mlp.fused(cfg, x, residual_kept(cfg, x))
+        and decode_fits(("gate", "kernel"), shape)
+        and decode_fits(("up", "kernel"), shape)
+    )
 
 
 class Block(nn.Module):

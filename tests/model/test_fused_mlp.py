@@ -1,0 +1,154 @@
+"""`spade.model.fused_mlp`: gate and up of a one-token step as one Pallas TPU
+kernel that gathers its input over fsdp by remote DMAs into VMEM.
+
+On CPU it runs in Pallas' TPU interpreter ("interpret"), on 4 of the 8 fake
+devices (the interpreter runs every device's kernel at once, and 8 blocking
+at its barrier hang this 2-core machine's host pool). For a TPU slice it is
+compiled (Mosaic) from this CPU, and `spade.hlo_bytes` counts its bytes.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from spade import config as config_lib
+from spade import hlo_bytes
+from spade.model import architecture
+from spade.model import fused_mlp
+from spade.model import layout
+from spade.model import sharding
+from spade.model import topology
+from spade.model import transformer as T
+
+P = jax.sharding.PartitionSpec
+
+
+def _pod_rules():
+  pod = config_lib.tpu_pod_config(
+      {}, fsdp=2, tensor=2, checkpoint_kind="none", tokenizer_kind="bytes",
+      variant="", config_file="test",
+  )  # fmt: skip
+  assert pod.model.decode_mlp_kernel == "pallas"
+  return pod.mesh.rules
+
+
+def _mesh(devices=None):
+  mesh = ml_collections.ConfigDict(dict(data=1, fsdp=2, tensor=2))
+  return sharding.make_mesh(mesh, devices)
+
+
+def _step(cfg, rules, rows=8):
+  """(one device's logits, the pod rules' on a 1x2x2 mesh, that program's
+  jaxpr text) for a one-token step on `rows` rows."""
+  params = layout.to_per_layer_layout(
+      T.init_params(cfg, jax.random.key(0)), cfg
+  )
+  model = T.Transformer(
+      architecture.ModelConfig.from_config(cfg), per_layer=True
+  )
+  tokens = jax.random.randint(jax.random.key(1), (rows, 1), 0, 259)
+  positions = jnp.full(tokens.shape, 3)
+
+  def forward(params, tokens, positions):
+    return model.apply({"params": params}, tokens, positions, T.Role.AGENT)[0]
+
+  single = jax.jit(forward)(params, tokens, positions)
+  mesh = _mesh(jax.devices()[:4])
+  where = sharding.fitted_param_shardings(params, mesh, rules)
+  batch = sharding.batch_sharding(mesh, rules, 2)
+  with sharding.use_rules(mesh, rules):
+    step = jax.jit(forward, in_shardings=(where, batch, batch))
+    text = str(jax.make_jaxpr(forward)(params, tokens, positions))
+    sharded = step(jax.device_put(params, where), tokens, positions)
+  return np.asarray(single), np.asarray(sharded), text
+
+
+def test_the_kernel_gives_the_matmuls_logits_in_the_interpreter():
+  """Under a tensor-axis pod config's rules a one-token step on 8 rows
+  (its residual kept) runs gate and up as the kernel in every layer with
+  `decode_mlp_kernel="interpret"`, and its logits equal one device's and
+  those of the XLA matmuls; "pallas" off a TPU runs the matmuls."""
+  rules = _pod_rules()
+  cfg = config_lib.base_config().model
+  cfg.num_layers, cfg.mlp_dim = 2, 96
+  cfg.decode_mlp_kernel = "interpret"
+  single, fused, text = _step(cfg, rules)
+  assert len(re.findall(r"name=fused_gate_up", text)) == cfg.num_layers
+  np.testing.assert_allclose(fused, single, atol=1e-5)
+  cfg.decode_mlp_kernel = "pallas"
+  _, xla, text = _step(cfg, rules)
+  assert "fused_gate_up" not in text
+  np.testing.assert_allclose(fused, xla, atol=1e-5)
+
+
+def test_gelu_and_silu_kernels_round_as_the_matmuls_do():
+  """bfloat16 activations: the kernel's hidden equals the XLA path's
+  (gate and up rounded to bfloat16, act(gate) * up in float32) to one
+  rounding, for both activations; its spec is gate's hidden split."""
+  mesh = _mesh(jax.devices()[:4])
+  rules = _pod_rules()
+  keys = jax.random.split(jax.random.key(2), 3)
+  x = jax.random.normal(keys[0], (16, 64), jnp.float32)
+  gate = jax.random.normal(keys[1], (64, 96)) * 0.2
+  up = jax.random.normal(keys[2], (64, 96)) * 0.2
+  for activation in ("gelu", "silu"):
+    cfg = architecture.ModelConfig.from_config({
+        "embed_dim": 64, "mlp_dim": 96, "dtype": "bfloat16",
+        "mlp_activation": activation, "decode_mlp_kernel": "interpret",
+    })  # fmt: skip
+    with sharding.use_rules(mesh, rules):
+      out = jax.jit(lambda x, g, u: fused_mlp.gate_up(cfg, x, g, u))(
+          x, gate, up
+      )
+    assert out.sharding.spec[-1] == ("tensor", "fsdp")
+    b = jnp.bfloat16
+    g = jnp.dot(x.astype(b), gate.astype(b), preferred_element_type=jnp.float32)
+    u = jnp.dot(x.astype(b), up.astype(b), preferred_element_type=jnp.float32)
+    g, u = g.astype(b).astype(jnp.float32), u.astype(b).astype(jnp.float32)
+    act = (
+        jax.nn.gelu(g, approximate=True)
+        if activation == "gelu"
+        else jax.nn.silu(g)
+    )
+    want = np.asarray((act * u).astype(b), np.float32)
+    got = np.asarray(out, np.float32)
+    np.testing.assert_allclose(got, want, rtol=2**-7, atol=2**-7)
+
+
+def test_the_kernel_compiles_for_a_tpu_and_its_bytes_are_counted():
+  """Mosaic compiles the kernel for a v5p-8 (4 chips, 1x2x2) from this CPU:
+  the program has one `tpu_custom_call`, whose attributes run over several
+  lines of the HLO text, and `spade.hlo_bytes` counts the hidden it writes
+  and parses the ops after it."""
+  mesh = _mesh(topology.parse("v5p-8").devices())
+  rules = _pod_rules()
+  cfg = architecture.ModelConfig.from_config({
+      "embed_dim": 256, "mlp_dim": 1024, "dtype": "bfloat16",
+      "decode_mlp_kernel": "pallas",
+  })  # fmt: skip
+  s = lambda *spec: jax.sharding.NamedSharding(mesh, P(*spec))
+  args = (
+      jax.ShapeDtypeStruct((128, 256), jnp.bfloat16, sharding=s(None, "fsdp")),
+      jax.ShapeDtypeStruct((256, 1024), jnp.bfloat16, sharding=s(None, ("tensor", "fsdp"))),
+      jax.ShapeDtypeStruct((256, 1024), jnp.bfloat16, sharding=s(None, ("tensor", "fsdp"))),
+  )  # fmt: skip
+  with sharding.use_rules(mesh, rules):
+    compiled = (
+        jax.jit(lambda x, g, u: fused_mlp.gate_up(cfg, x, g, u) * 2)
+        .lower(*args)
+        .compile()
+    )
+  text = compiled.as_text()
+  assert text.count('custom_call_target="tpu_custom_call"') == 1
+  comps, entry = hlo_bytes.parse(text)
+  ops = comps[entry]
+  (at,) = [i for i, op in enumerate(ops) if op.opcode == "custom-call"]
+  # The ops after the call are parsed (the root, * 2, among them).
+  assert ops[-1].root and len(ops) > at + 1, [op.name for op in ops]
+  split = hlo_bytes.breakdown_text(text, 0.0)
+  hidden = 128 * 1024 // 4 * 2  # a chip's [128, 256] bf16
+  counted = [b for b, _, label in split.top if "custom-call" in label]
+  assert counted and counted[0] >= hidden, split.top
