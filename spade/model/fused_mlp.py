@@ -76,7 +76,16 @@ def fused(cfg: architecture.ModelConfig, x, gathered: bool) -> bool:
       return False
   width = _names(_mesh_axes("decode_residual"))
   hidden = _names(_mesh_axes("decode_mlp"))
-  if len(width) != 1 or not hidden or cfg.kernel_layout != "in_out":
+  summed = _names(_mesh_axes("decode_down"))
+  # Down's rows are the hidden this chip's peers along the width's axis
+  # hold (its hidden split over `summed`, then that axis), its columns the
+  # width where the residual keeps it.
+  if (
+      len(width) != 1
+      or hidden != summed + width
+      or _names(_mesh_axes("decode_embed")) != width
+      or cfg.kernel_layout != "in_out"
+  ):
     return False
   n = mesh.shape[width[0]]
   split = 1
@@ -86,39 +95,19 @@ def fused(cfg: architecture.ModelConfig, x, gathered: bool) -> bool:
       x.shape[-1] % n == 0
       and (x.shape[-1] // n) % _SUBLANES == 0
       and cfg.mlp_dim % split == 0
+      and (cfg.mlp_dim // split) % 8 == 0
   )
 
 
-def _kernel(
-    xt_ref,
-    gate_ref,
-    up_ref,
-    out_ref,
-    buf,
-    send,
-    recv,
-    *,
-    axis,
-    axes,
-    activation,
-    dtype,
-):
-  me = lax.axis_index(axis)
-  n = lax.axis_size(axis)
-  rows_e = xt_ref.shape[0]
-
-  def device(j):
-    return tuple(j if a == axis else lax.axis_index(a) for a in axes)
+def _gather(buf, size, me, n, device, send, recv):
+  """All of `axis`'s pieces into buf: this chip's piece (`size` sublanes at
+  me * size, already there) sent into every other chip's buf, theirs
+  received into this one's. Returns the sends, to wait on before the
+  kernel ends."""
 
   def piece(j):
-    return buf.at[pl.ds(pl.multiple_of(j * rows_e, _SUBLANES), rows_e)]
+    return buf.at[pl.ds(pl.multiple_of(j * size, 8), size)]
 
-  pltpu.sync_copy(xt_ref, piece(me))
-  # Every peer inside the kernel (its buffer allocated) before any DMA.
-  barrier = pltpu.get_barrier_semaphore()
-  for k in range(1, n):
-    pl.semaphore_signal(barrier, 1, device_id=device(lax.rem(me + k, n)))
-  pl.semaphore_wait(barrier, n - 1)
   sends = []
   for k in range(1, n):
     copy = pltpu.make_async_remote_copy(
@@ -135,7 +124,39 @@ def _kernel(
     pltpu.make_async_remote_copy(
         piece(j), piece(j), send.at[k], recv.at[j], device_id=device(j)
     ).wait_recv()
-  x = buf[...]
+  return sends
+
+
+def _kernel(
+    xt_ref,
+    gate_ref,
+    up_ref,
+    down_ref,
+    out_ref,
+    xs,
+    hs,
+    sems,
+    *,
+    axis,
+    axes,
+    activation,
+    dtype,
+):
+  me = lax.axis_index(axis)
+  n = lax.axis_size(axis)
+  size_e, size_h = xt_ref.shape[0], gate_ref.shape[0]
+
+  def device(j):
+    return tuple(j if a == axis else lax.axis_index(a) for a in axes)
+
+  pltpu.sync_copy(xt_ref, xs.at[pl.ds(pl.multiple_of(me * size_e, 8), size_e)])
+  # Every peer inside the kernel (its buffers allocated) before any DMA.
+  barrier = pltpu.get_barrier_semaphore()
+  for k in range(1, n):
+    pl.semaphore_signal(barrier, 1, device_id=device(lax.rem(me + k, n)))
+  pl.semaphore_wait(barrier, n - 1)
+  sends = _gather(xs, size_e, me, n, device, sems.at[0], sems.at[1])
+  x = xs[...]
   # As `layers.Linear` and `layers.MLP` round: gate and up to `dtype`,
   # act(gate) * up in float32, the hidden to `dtype`.
   gate = jnp.dot(gate_ref[...], x, preferred_element_type=jnp.float32)
@@ -146,28 +167,42 @@ def _kernel(
     act = jax.nn.gelu(gate, approximate=True)
   else:
     act = jax.nn.silu(gate)
-  out_ref[...] = (act * up).astype(out_ref.dtype)
+  # The hidden's pieces travel as float32 (8 rows a tile; a piece of
+  # 5,376 / 32 = 168 rows is not a whole number of bfloat16's 16-row
+  # tiles), holding `dtype`'s values.
+  start = pl.multiple_of(me * size_h, 8)
+  hs[pl.ds(start, size_h), :] = (act * up).astype(dtype).astype(hs.dtype)
+  sends += _gather(hs, size_h, me, n, device, sems.at[2], sems.at[3])
+  # Down's partial sums over the hidden this chip's `axis` peers hold.
+  out_ref[...] = jnp.dot(
+      down_ref[...], hs[...].astype(dtype), preferred_element_type=jnp.float32
+  ).astype(out_ref.dtype)
   for copy in sends:
     copy.wait_send()
 
 
-def gate_up(cfg: architecture.ModelConfig, x, gate, up):
-  """act(x @ gate) * (x @ up) for x [rows, embed] (rows over
-  "decode_batch", the width over "decode_residual") and gate, up [embed,
-  mlp] (the hidden over "decode_mlp"); [rows, mlp] in `cfg.dtype`, split as
-  gate and up's hidden. Call where `fused` says so."""
+def mlp(cfg: architecture.ModelConfig, x, gate, up, down):
+  """down(act(x @ gate) * (x @ up)) for x [rows, embed] (rows over
+  "decode_batch", the width over "decode_residual") and the decoding
+  layout's kernels: gate, up [embed, mlp] (the hidden over "decode_mlp"),
+  down [mlp, embed] ("decode_down", "decode_embed"). Returns [rows, embed]
+  in `cfg.dtype` where x is. Call where `fused` says so.
+
+  Each chip's partial sums (its hidden's share) are rounded to `cfg.dtype`
+  and summed over "decode_down", as XLA sums `layers.Linear`'s."""
   mesh = jax.sharding.get_abstract_mesh()
   (axis,) = _names(_mesh_axes("decode_residual"))
   rows = _mesh_axes("decode_batch")
   hidden = _mesh_axes("decode_mlp")
+  summed = _names(_mesh_axes("decode_down"))
   dtype = jnp.dtype(cfg.dtype)
   interpret = cfg.decode_mlp_kernel == "interpret"
 
-  def local(x, gate, up):
+  def local(x, gate, up, down):
     r, e = x.shape[0], gate.shape[0]
     n = e // x.shape[1]
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
-    ht = pl.pallas_call(
+    out = pl.pallas_call(
         functools.partial(
             _kernel,
             axis=axis,
@@ -175,25 +210,27 @@ def gate_up(cfg: architecture.ModelConfig, x, gate, up):
             activation=cfg.mlp_activation,
             dtype=dtype,
         ),
-        out_shape=jax.ShapeDtypeStruct((gate.shape[1], r), dtype),
-        in_specs=[vmem, vmem, vmem],
+        out_shape=jax.ShapeDtypeStruct((x.shape[1], r), dtype),
+        in_specs=[vmem] * 4,
         out_specs=vmem,
         scratch_shapes=[
             pltpu.VMEM((e, r), dtype),
-            pltpu.SemaphoreType.DMA((n,)),
-            pltpu.SemaphoreType.DMA((n,)),
+            pltpu.VMEM((down.shape[0], r), jnp.float32),
+            pltpu.SemaphoreType.DMA((4, n)),
         ],
         compiler_params=pltpu.CompilerParams(collective_id=0),
         interpret=pltpu.InterpretParams() if interpret else False,
-        name="fused_gate_up",
-    )(x.T, gate.T, up.T)
-    return ht.T
+        name="fused_mlp",
+    )(x.T, gate.T, up.T, down.T)
+    if summed:
+      out = lax.psum(out, summed)
+    return out.T
 
   w = P(None, hidden)
   return jax.shard_map(
       local,
       mesh=mesh,
-      in_specs=(P(rows, axis), w, w),
-      out_specs=P(rows, hidden),
+      in_specs=(P(rows, axis), w, w, P(_mesh_axes("decode_down"), axis)),
+      out_specs=P(rows, axis),
       check_vma=False,
-  )(x.astype(dtype), gate.astype(dtype), up.astype(dtype))
+  )(*(a.astype(dtype) for a in (x, gate, up, down)))

@@ -737,15 +737,17 @@ class MLP(nn.Module):
   def _body(self, x, gate_proj, up_proj, down_proj):
     cfg = self.cfg
     if self._fused(x):
-      # Gate and up as one Pallas kernel that gathers its input into VMEM
-      # (`fused_mlp`); down as `Linear` runs it.
-      hidden = fused_mlp.gate_up(
+      # One Pallas kernel that gathers its input and hidden into VMEM
+      # (`fused_mlp`).
+      kernel = lambda proj: proj.variables["params"]["kernel"]
+      y = fused_mlp.mlp(
           cfg,
           constrain(x[:, 0], "decode_batch", "decode_residual"),
-          gate_proj.variables["params"]["kernel"],
-          up_proj.variables["params"]["kernel"],
+          kernel(gate_proj),
+          kernel(up_proj),
+          kernel(down_proj),
       )
-      return checkpoint_name(down_proj(hidden[:, None]), "mlpwo")
+      return checkpoint_name(y[:, None], "mlpwo")
     gate = checkpoint_name(gate_proj(x), "mlpwi")
     up = checkpoint_name(up_proj(x), "mlpwi")
     gate32 = gate.astype(jnp.float32)
@@ -776,6 +778,7 @@ class MLP(nn.Module):
         and fused_mlp.fused(cfg, x, residual_kept(cfg, x))
         and decode_fits(("gate", "kernel"), shape)
         and decode_fits(("up", "kernel"), shape)
+        and decode_fits(("down", "kernel"), shape[::-1])
     )
 
 
