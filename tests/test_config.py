@@ -143,6 +143,7 @@ def test_gpu_configs_size_each_node(arg):
   # The TPU configs' layout fixes, measured on TPU only, are off.
   assert c.model.decode_mlp_pad_rows == 0
   assert dict(c.mesh.rules)["decode_residual"] is None
+  assert c.model.decode_mlp_kernel == "xla"
   if "runlocal" in arg:
     assert c.model.num_layers == 2 and c.sampling.slots % 8 == 0
     return

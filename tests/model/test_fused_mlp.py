@@ -8,12 +8,14 @@ compiled (Mosaic) from this CPU, and `spade.hlo_bytes` counts its bytes.
 """
 
 import functools
+import os
 import re
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import pytest
 
 from spade import config as config_lib
 from spade import hlo_bytes
@@ -155,3 +157,15 @@ def test_the_kernel_compiles_for_a_tpu_and_its_bytes_are_counted():
   out = 128 * 256 // 2 * 2  # a chip's partial sums, [128, 128] bf16
   counted = [b for b, _, label in split.top if "custom-call" in label]
   assert counted and counted[0] >= out, split.top
+
+
+@pytest.mark.parametrize("size, kernel", [("4b", "xla"), ("12b", "pallas")])
+def test_the_tensor_axis_pod_configs_run_the_kernel(size, kernel):
+  root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+  c = config_lib.load_file(f"configs/gemma3_tpu.py:{size}", root)
+  assert c.model.decode_mlp_kernel == kernel
+
+
+def test_decode_mlp_kernel_names_a_kernel():
+  with pytest.raises(ValueError, match="decode_mlp_kernel"):
+    architecture.ModelConfig.from_config({"decode_mlp_kernel": "mosaic"})
