@@ -56,17 +56,12 @@ def _names(axes) -> tuple[str, ...]:
   return (axes,) if isinstance(axes, str) else tuple(axes)
 
 
-def fused(cfg: architecture.ModelConfig, x, gathered: bool) -> bool:
-  """Whether a step's gate and up on x [rows, 1, embed] run as the kernel.
-
-  Args:
-    cfg: the model config (`decode_mlp_kernel`).
-    x: the MLP's input.
-    gathered: whether the step keeps its residual in the decoding layout
-      (`layers.residual_kept`), its width split over one mesh axis
-      ("decode_residual").
-  """
-  if cfg.decode_mlp_kernel == "xla" or not gathered:
+def fused(cfg: architecture.ModelConfig, x) -> bool:
+  """Whether the MLP of a one-token step on x [rows, 1, embed] can run as
+  the kernel under the trace's mesh and rules (`layers.MLP` runs it where
+  the step also keeps its residual in the decoding layout,
+  `layers.residual_kept`)."""
+  if cfg.decode_mlp_kernel == "xla":
     return False
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:

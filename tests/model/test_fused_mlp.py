@@ -73,7 +73,8 @@ def test_the_kernel_gives_the_matmuls_logits_in_the_interpreter():
   """Under a tensor-axis pod config's rules a one-token step on 8 rows
   (its residual kept) runs its MLP as the kernel in every layer with
   `decode_mlp_kernel="interpret"`, and its logits equal one device's and
-  those of the XLA matmuls; "pallas" off a TPU runs the matmuls."""
+  those of the XLA matmuls; "pallas" off a TPU runs the matmuls. It runs
+  on fewer rows than half of `decode_mlp_pad_rows` too."""
   rules = _pod_rules()
   cfg = config_lib.base_config().model
   cfg.num_layers, cfg.mlp_dim = 2, 96
@@ -85,6 +86,12 @@ def test_the_kernel_gives_the_matmuls_logits_in_the_interpreter():
   _, xla, text = _step(cfg, rules)
   assert "fused_mlp" not in text
   np.testing.assert_allclose(fused, xla, atol=1e-5)
+  # Fewer rows than half of `decode_mlp_pad_rows`: the residual is kept
+  # (`layers.residual_kept`) and the kernel runs there too.
+  cfg.decode_mlp_kernel, cfg.decode_mlp_pad_rows = "interpret", 32
+  _, few, text = _step(cfg, rules)
+  assert len(re.findall(r"name=fused_mlp", text)) == cfg.num_layers
+  np.testing.assert_allclose(few, single, atol=1e-5)
 
 
 def test_gelu_and_silu_kernels_round_as_the_matmuls_do():
