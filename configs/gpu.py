@@ -120,7 +120,7 @@ def get_config(arg=None):
   # The 12B's and 27B's TPU configs pad the MLP's rows to the TPU's 128
   # lanes (`layers.padded_rows`), a TPU layout's fix, unmeasured on GPU.
   c.model.decode_mlp_pad_rows = 0
-  # Gate and up as XLA's matmuls (`spade.model.fused_mlp` is a TPU kernel).
+  # The MLP as XLA's matmuls (`spade.model.fused_mlp` is a TPU kernel).
   c.model.decode_mlp_kernel = "xla"
   # And keep the residual stream as training does (`layers.residual`;
   # measured on TPU only).

@@ -69,9 +69,9 @@ KERNEL_LAYOUTS = ("in_out", "out_in")
 KV_CACHE_DTYPES = ("", "int8")
 
 # `config.model.decode_mlp_kernel`: how a one-token step whose residual is
-# kept in the decoding layout runs gate and up: "xla" as two matmuls on
-# their gathered input; "pallas" as `spade.model.fused_mlp`'s kernel on a
-# TPU mesh (XLA's matmuls elsewhere); "interpret" that kernel in Pallas' TPU
+# kept in the decoding layout runs its MLP: "xla" as matmuls on the input
+# XLA gathers; "pallas" as `spade.model.fused_mlp`'s kernel on a TPU mesh
+# (XLA's matmuls elsewhere); "interpret" that kernel in Pallas' TPU
 # interpreter on any backend (tests).
 DECODE_MLP_KERNELS = ("xla", "pallas", "interpret")
 

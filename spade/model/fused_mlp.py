@@ -1,5 +1,5 @@
-"""A one-token step's gate and up as one Pallas TPU kernel that gathers its
-input into VMEM (`config.model.decode_mlp_kernel`).
+"""A one-token step's MLP as one Pallas TPU kernel that gathers its input
+and its hidden into VMEM (`config.model.decode_mlp_kernel`).
 
 Under the tensor-axis pod configs' rules a decode step keeps its residual
 stream with its rows whole and its width split over fsdp
@@ -7,23 +7,28 @@ stream with its rows whole and its width split over fsdp
 ("decode_mlp"), so each chip needs every row's whole input. XLA gathers it
 into HBM and the matmul reads it back: [256, 5,376] bf16, 2.6 MiB written
 and read a layer on the Gemma 3 27B, more than a local layer's weights
-there. This kernel sends each chip's piece straight into the other fsdp
-chips' VMEM (remote DMAs), multiplies it there with the chip's columns of
-gate and up, and writes only the hidden, act(gate) * up: the gathered rows
-never go through HBM.
+there; then down gathers the hidden the same way. This kernel sends each
+chip's piece of the input straight into the other fsdp chips' VMEM (remote
+DMAs), multiplies it there with the chip's columns of gate and up, sends
+its piece of act(gate) * up the same way, multiplies the gathered hidden
+with its block of down and writes only down's partial sums, which XLA sums
+over tensor after it: the rows never go through HBM.
 
 The kernel works on the transposed operands, which is how XLA stores them
 on a TPU (a [5,376, 168] shard has its 5,376 on the 128 lanes, a [256, 336]
 one its rows), so no operand is laid out again: pieces of x^T [E / n, rows]
 stack along the sublanes of one VMEM buffer [E, rows] (E / n a multiple of
-16), and the hidden comes out as h^T [columns, rows].
+16), and so do the hidden's (as float32, 8 rows a tile).
 
-`fused(cfg, x)` says where it runs: a one-token step whose residual is kept
-(`layers.residual_kept`), under rules that keep gate and up's input width
-whole, on a TPU mesh ("pallas") or anywhere in Pallas' TPU interpreter
-("interpret": the tests, on CPU). Elsewhere `layers.MLP` runs gate and up as
-XLA matmuls, the same values: gate and up rounded to the activations' dtype
-before act(gate) * up, as `layers.Linear` rounds them.
+`fused(cfg, x)` says where it can run: under rules that keep gate and up's
+input width whole and split down as the hidden is split, on a TPU mesh
+("pallas") or anywhere in Pallas' TPU interpreter ("interpret": the tests,
+on CPU); `layers.MLP` runs it in a one-token step that keeps its residual
+in the decoding layout (`layers.residual_kept`). Elsewhere the MLP runs as
+XLA's matmuls, the same values: gate, up, the hidden and down's partial
+sums rounded to the activations' dtype as `layers.Linear` and `layers.MLP`
+round them. Compiled by Mosaic for TPU slices from a CPU and checked in the
+interpreter; not run on a TPU.
 """
 
 from __future__ import annotations

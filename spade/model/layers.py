@@ -771,8 +771,10 @@ class MLP(nn.Module):
     return checkpoint_name(y, "mlpwo")
 
   def _fused(self, x) -> bool:
-    """Whether gate and up run as `fused_mlp`'s kernel: where it says so,
-    on the decoding layout's kernels (`decode_fits`)."""
+    """Whether the MLP runs as `fused_mlp`'s kernel: in a one-token step
+    that keeps its residual in the decoding layout, where the kernel can
+    run, on the decoding layout's kernels (`decode_fits`); its adapters'
+    term (`LORA`) is zero in value, and the step takes no gradient."""
     cfg = self.cfg
     shape = (cfg.embed_dim, cfg.mlp_dim)
     return (
