@@ -50,6 +50,14 @@ P = jax.sharding.PartitionSpec
 # rows a tile).
 _SUBLANES = 16
 
+# "interpret": each DMA runs as it starts, as a TPU's do (by default the
+# interpreter runs one when it is waited on, which hides a read that does
+# not wait), and a happens-before race detector watches every buffer; a
+# race is printed and sets the interpreter's `races.races_found`.
+_INTERPRET = pltpu.InterpretParams(
+    dma_execution_mode="eager", detect_races=True
+)
+
 
 def _mesh_axes(name: str):
   return nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
@@ -219,7 +227,7 @@ def mlp(cfg: architecture.ModelConfig, x, gate, up, down):
             pltpu.SemaphoreType.DMA((4, n)),
         ],
         compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=pltpu.InterpretParams() if interpret else False,
+        interpret=_INTERPRET if interpret else False,
         name="fused_mlp",
     )(x.T, gate.T, up.T, down.T)
     if summed:
