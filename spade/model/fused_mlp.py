@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 
-import flax.linen as nn
 import jax
 from jax import lax
 from jax.experimental import pallas as pl
@@ -43,6 +42,7 @@ from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 
 from spade.model import architecture
+from spade.model import mesh_fit
 
 P = jax.sharding.PartitionSpec
 
@@ -57,10 +57,6 @@ _SUBLANES = 16
 _INTERPRET = pltpu.InterpretParams(
     dma_execution_mode="eager", detect_races=True
 )
-
-
-def _mesh_axes(name: str):
-  return nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
 
 
 def _names(axes) -> tuple[str, ...]:
@@ -82,16 +78,16 @@ def fused(cfg: architecture.ModelConfig, x) -> bool:
   if cfg.decode_mlp_kernel == "pallas":
     if getattr(mesh.abstract_device, "platform", None) != "tpu":
       return False
-  width = _names(_mesh_axes("decode_residual"))
-  hidden = _names(_mesh_axes("decode_mlp"))
-  summed = _names(_mesh_axes("decode_down"))
+  width = _names(mesh_fit.mesh_axes("decode_residual"))
+  hidden = _names(mesh_fit.mesh_axes("decode_mlp"))
+  summed = _names(mesh_fit.mesh_axes("decode_down"))
   # Down's rows are the hidden this chip's peers along the width's axis
   # hold (its hidden split over `summed`, then that axis), its columns the
   # width where the residual keeps it.
   if (
       len(width) != 1
       or hidden != summed + width
-      or _names(_mesh_axes("decode_embed")) != width
+      or _names(mesh_fit.mesh_axes("decode_embed")) != width
       or cfg.kernel_layout != "in_out"
   ):
     return False
@@ -199,10 +195,10 @@ def mlp(cfg: architecture.ModelConfig, x, gate, up, down):
   Each chip's partial sums (its hidden's share) are rounded to `cfg.dtype`
   and summed over "decode_down", as XLA sums `layers.Linear`'s."""
   mesh = jax.sharding.get_abstract_mesh()
-  (axis,) = _names(_mesh_axes("decode_residual"))
-  rows = _mesh_axes("decode_batch")
-  hidden = _mesh_axes("decode_mlp")
-  summed = _names(_mesh_axes("decode_down"))
+  (axis,) = _names(mesh_fit.mesh_axes("decode_residual"))
+  rows = mesh_fit.mesh_axes("decode_batch")
+  hidden = mesh_fit.mesh_axes("decode_mlp")
+  summed = _names(mesh_fit.mesh_axes("decode_down"))
   dtype = jnp.dtype(cfg.dtype)
   interpret = cfg.decode_mlp_kernel == "interpret"
 
@@ -238,7 +234,12 @@ def mlp(cfg: architecture.ModelConfig, x, gate, up, down):
   return jax.shard_map(
       local,
       mesh=mesh,
-      in_specs=(P(rows, axis), w, w, P(_mesh_axes("decode_down"), axis)),
+      in_specs=(
+          P(rows, axis),
+          w,
+          w,
+          P(mesh_fit.mesh_axes("decode_down"), axis),
+      ),
       out_specs=P(rows, axis),
       check_vma=False,
   )(*(a.astype(dtype) for a in (x, gate, up, down)))

@@ -87,7 +87,7 @@ def row_shards(name: str = "batch") -> int:
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:
     return 1
-  axes = nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
+  axes = mesh_fit.mesh_axes(name)
   if axes is None:
     return 1
   axes = (axes,) if isinstance(axes, str) else tuple(axes)

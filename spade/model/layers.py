@@ -219,7 +219,7 @@ def residual_kept(cfg: architecture.ModelConfig, x: Array) -> bool:
   MLP as `fused_mlp`'s kernel, whose input XLA does not gather."""
   return (
       stationary(cfg, x)
-      and _mesh_axes("decode_residual") is not None
+      and mesh_fit.mesh_axes("decode_residual") is not None
       and (_half_the_pad(cfg, x.shape[0]) or fused_mlp.fused(cfg, x))
   )
 
@@ -329,11 +329,6 @@ def rows_to_weights(x: Array, contracted: tuple[str, ...]) -> Array:
   return constrain(x, *lead, *contracted)
 
 
-def _mesh_axes(name: str):
-  """The mesh axes the trace's rules give logical axis `name` (or None)."""
-  return nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
-
-
 def rows_back(y: Array, features: tuple[str, ...], kept: bool = False) -> Array:
   """A matmul's output back to the activations' layout, rows over "batch":
   a reduce-scatter of the partial sums when the weight was split on what
@@ -348,7 +343,8 @@ def rows_back(y: Array, features: tuple[str, ...], kept: bool = False) -> Array:
     # where it was made, for down to contract.
     return constrain(y, "decode_batch", *rest, *features)
   if "embed" in features or (
-      "decode_embed" in features and _mesh_axes("decode_embed") is not None
+      "decode_embed" in features
+      and mesh_fit.mesh_axes("decode_embed") is not None
   ):
     y = constrain(y, "decode_batch", *rest, *features)
     if kept:

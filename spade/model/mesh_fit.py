@@ -3,11 +3,19 @@
 Every layout that may meet a width its mesh axes do not divide (a
 parameter's sharding, the decoding layout's kernels, the KV cache's heads)
 keeps that dimension whole instead; this is the one check they share.
+Also the one lookup of a logical axis's mesh axes under the trace's rules.
 """
 
 from __future__ import annotations
 
+import flax.linen as nn
 import numpy as np
+
+
+def mesh_axes(name: str):
+  """The mesh axes the trace's rules give logical axis `name` (a name, a
+  tuple of them, or None)."""
+  return nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
 
 
 def split_ways(mesh, entry) -> int:

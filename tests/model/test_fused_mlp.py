@@ -22,10 +22,9 @@ from spade import config as config_lib
 from spade import hlo_bytes
 from spade.model import architecture
 from spade.model import fused_mlp
-from spade.model import layout
 from spade.model import sharding
 from spade.model import topology
-from spade.model import transformer as T
+from tests.model import steps
 
 P = jax.sharding.PartitionSpec
 
@@ -45,29 +44,10 @@ def _mesh(devices=None):
 
 
 def _step(cfg, rules, rows=8):
-  """(one device's logits, the pod rules' on a 1x2x2 mesh, that program's
-  jaxpr text) for a one-token step on `rows` rows."""
-  params = layout.to_per_layer_layout(
-      T.init_params(cfg, jax.random.key(0)), cfg
-  )
-  model = T.Transformer(
-      architecture.ModelConfig.from_config(cfg), per_layer=True
-  )
-  tokens = jax.random.randint(jax.random.key(1), (rows, 1), 0, 259)
-  positions = jnp.full(tokens.shape, 3)
-
-  def forward(params, tokens, positions):
-    return model.apply({"params": params}, tokens, positions, T.Role.AGENT)[0]
-
-  single = jax.jit(forward)(params, tokens, positions)
+  """(one device's logits, the pod rules' on a 1x2x2 mesh of 4 devices,
+  that program's jaxpr text) for a one-token step on `rows` rows."""
   mesh = _mesh(jax.devices()[:4])
-  where = sharding.fitted_param_shardings(params, mesh, rules)
-  batch = sharding.batch_sharding(mesh, rules, 2)
-  with sharding.use_rules(mesh, rules):
-    step = jax.jit(forward, in_shardings=(where, batch, batch))
-    text = str(jax.make_jaxpr(forward)(params, tokens, positions))
-    sharded = step(jax.device_put(params, where), tokens, positions)
-  return np.asarray(single), np.asarray(sharded), text
+  return steps.one_token_step(cfg, rules, mesh, rows, text="jaxpr")
 
 
 def test_the_kernel_gives_the_matmuls_logits_in_the_interpreter():

@@ -13,6 +13,7 @@ from spade.model import architecture
 from spade.model import layout
 from spade.model import sharding
 from spade.model import transformer as T
+from tests.model import steps
 
 P = jax.sharding.PartitionSpec
 
@@ -201,31 +202,11 @@ def _summed_shapes(hlo: str) -> set[str]:
 
 
 def _one_token_step(cfg, rules=None, mesh_sizes=(2, 2, 2), rows=8):
-  """(a one-token step's logits on `rows` rows on one device, on the
-  decoding layout over `mesh_sizes` under `rules` (the base config's), the
-  sharded program's HLO text)."""
-  params = T.init_params(cfg, jax.random.key(0))
-  per_layer = layout.to_per_layer_layout(params, cfg)
-  model = T.Transformer(
-      architecture.ModelConfig.from_config(cfg), per_layer=True
-  )
-  tokens = jax.random.randint(jax.random.key(1), (rows, 1), 0, 259)
-  positions = jnp.full(tokens.shape, 3)
-
-  def forward(params, tokens, positions):
-    return model.apply({"params": params}, tokens, positions, T.Role.AGENT)[0]
-
-  single = jax.jit(forward)(per_layer, tokens, positions)
+  """`steps.one_token_step` over `mesh_sizes` under `rules` (the base
+  config's), with the sharded program's HLO text."""
   mesh = sharding.make_mesh(_mesh_config(*mesh_sizes))
   rules = rules or config_lib.base_config().mesh.rules
-  where = sharding.fitted_param_shardings(per_layer, mesh, rules)
-  placed = jax.device_put(per_layer, where)
-  batch = sharding.batch_sharding(mesh, rules, 2)
-  with sharding.use_rules(mesh, rules):
-    step = jax.jit(forward, in_shardings=(where, batch, batch))
-    hlo = step.lower(placed, tokens, positions).compile().as_text()
-    sharded = step(placed, tokens, positions)
-  return single, sharded, hlo
+  return steps.one_token_step(cfg, rules, mesh, rows)
 
 
 def test_decoding_kv_projections_split_over_the_cache_heads():
