@@ -364,6 +364,10 @@ def test_slot_engine_programs_compile_and_report_bytes_per_token(tmp_path):
       pytest.approx(vs, abs=0.01)
   )
   assert summary["agent_gather_pays_up_to"] == ("4" if vs < 1 else "0")
+  # The target's figure: every slot's and the call in place's, not the
+  # taken rows' (the server does not call it here).
+  called = max(round(p.hbm_ratio, 2) for p in (generate, in_place))
+  assert float(summary["agent_hbm_ratio_max"]) == pytest.approx(called)
 
 
 @pytest.mark.slow
@@ -425,6 +429,38 @@ def test_gathering_pays_up_to_the_largest_count_below_every_slot():
   }
   # Without breakdowns there is nothing to compare.
   assert compile_lib.gather_pairs([gen(64, 0.0), gen(4, 0.0)]) == {}
+
+
+def test_the_target_ratio_is_the_highest_of_the_programs_the_server_calls():
+  """`<role>_hbm_ratio_max`: the highest `hbm_ratio` of every slot's
+  program and the gathered counts' the server calls: in place when they
+  were compiled so, else on taken rows."""
+
+  def gen(rows, ratio, where="", role="agent"):
+    name = f"{role} slots generate"
+    if rows < 64:
+      name += f" on {rows} rows" + (" in place" if where else "")
+    return compile_lib.Program(
+        name, "", rows=rows, hbm_bytes_per_token=ratio, min_bytes_per_token=1
+    )
+
+  taken = [gen(64, 1.2), gen(32, 1.4), gen(16, 1.1)]
+  in_place = [gen(32, 1.25, "in place"), gen(16, 1.15, "in place")]
+  prefill = compile_lib.Program("agent slots prefill-insert", "")
+  designer = [gen(64, 1.3, role="designer"), gen(16, 1.5, role="designer")]
+  pairs = compile_lib.called_ratio_pairs(
+      [prefill, *taken, *in_place, *designer]
+  )
+  assert pairs == {
+      "agent_hbm_ratio_max": "1.25",
+      "designer_hbm_ratio_max": "1.50",
+  }
+  # Without programs in place the taken rows' are the server's.
+  assert compile_lib.called_ratio_pairs(taken) == {
+      "agent_hbm_ratio_max": "1.40"
+  }
+  # Without breakdowns there is no ratio to hold.
+  assert compile_lib.called_ratio_pairs([prefill]) == {}
 
 
 @pytest.mark.parametrize("layout", ["stationary", "fsdp"])
