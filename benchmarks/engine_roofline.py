@@ -1,0 +1,209 @@
+r"""The slot engine's decode against the memory roofline, on one device.
+
+  python benchmarks/engine_roofline.py --config=configs/gemma3_tpu.py:4b
+  python benchmarks/engine_roofline.py --config=configs/tiny.py --calls=4
+
+Builds a config's slot engine (`spade.sampling.slot_engine`, as the loop
+builds it, one device, no mesh) with random weights at the config's shapes
+(nothing is downloaded), fills every slot with a prompt and times its
+`generate` calls with every slot live. The default slot count is one chip's
+share of a pod config's (`sampling.slots` over its batch shards,
+`mesh.data` x `mesh.fsdp`, data -1 counted as 1), each slot a
+`model.max_len` cache; the weights are the whole model's, as one GPU holds
+them.
+
+What a step must read: every weight the step uses once (not the input
+embedding's table: a step gathers its rows) and every slot's cache once,
+as `spade.compile` counts it. The bound is this device's copy bandwidth,
+measured in the same run (a jitted `x + 1` over a 1 GiB buffer, read and
+written, best of 5). Figures: generated tokens a second, the bytes a step
+must read over a step's time (`achieved_gbs`), and that over the measured
+bandwidth (`roofline_frac`). The last line:
+
+  device=... params_gib=... cache_gib=... slots=... steps_per_call=... tok_s=... step_ms=... min_bytes_per_step_mib=... copy_gbs=... achieved_gbs=... roofline_frac=...
+
+Flags that shrink a config for a smaller device or a CPU check:
+`--layers`, `--max_len`, `--slots`, `--prompt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+from spade import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from spade.model import transformer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from spade.sampling import slot_engine  # pylint: disable=g-import-not-at-top,wrong-import-position
+from spade.sampling import slot_server  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+GIB = 2**30
+
+
+def copy_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+  """Bytes a second a jitted `x + 1` moves over a `gib` GiB float32 buffer
+  (each element read once and written once), best of `repeats`."""
+  n = int(gib * GIB) // 4
+  x = jnp.zeros((n,), jnp.float32)
+  add = jax.jit(lambda x: x + 1)
+  add(x).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    add(x).block_until_ready()
+    best = min(best, time.perf_counter() - t0)
+  return 2 * n * 4 / best
+
+
+def tree_bytes(tree) -> int:
+  return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def batch_shards(mesh) -> int:
+  """A pod config's batch shards: `mesh.data` x `mesh.fsdp`, -1 as 1."""
+  return max(mesh.data, 1) * max(mesh.fsdp, 1)
+
+
+def build(config, slots: int, decode_steps: int):
+  """The agent's slot engine (no stop ids: every row runs every step) and
+  random parameters at the config's shapes."""
+  fns = transformer.sampling_fns(config.model, transformer.Role.AGENT)
+  options = config_lib.slot_engine_options(config.sampling)
+  options["decode_steps"] = decode_steps or options["decode_steps"]
+  engine = slot_engine.SlotEngine(
+      fns.tokens_to_logits,
+      fns.init_cache,
+      fns.prepare_params,
+      pad_id=0,
+      stop_ids=(),
+      slots=slots,
+      cache_length=config.model.max_len,
+      prefill_rows=min(config.sampling.prefill_rows, slots),
+      **options,
+      temperature=config.agent.temperature,
+      top_k=config.agent.top_k,
+      top_p=config.agent.top_p,
+  )
+  params = transformer.init_params(config.model, jax.random.key(0))
+  return engine, params
+
+
+def run(config, slots: int, prompt: int, calls: int, decode_steps: int = 0):
+  """(figures dict) for `calls` timed generate calls with every slot
+  live, after one untimed call that compiles them."""
+  engine, params = build(config, slots, decode_steps)
+  n = engine.decode_steps
+  if prompt >= engine.cache_length:
+    raise SystemExit(
+        f"--prompt={prompt} leaves no room in max_len={engine.cache_length}"
+    )
+  server = slot_server.SlotServer(engine, params)
+  rng = np.random.default_rng(0)
+  vocab = config.model.vocab_size
+  new = engine.cache_length - prompt
+  for i in range(slots):
+    ids = rng.integers(2, vocab, prompt).tolist()
+    server.submit(slot_server.Request(i, ids, new, jax.random.key(i)))
+  # Fills every slot (prefill-insert calls, a generate after each) and runs
+  # one more generate: both programs compile here.
+  while server.queue:
+    server.step(early=False)
+  server.step(early=False)
+  # The first slot filled has made a call's tokens at every step so far.
+  if prompt + n * (server.generate_calls + calls) > engine.cache_length:
+    raise SystemExit(
+        f"{calls} timed calls of {n} steps after {server.generate_calls} do"
+        f" not fit max_len={engine.cache_length} with a {prompt}-token"
+        " prompt: pass a shorter --prompt or fewer --calls"
+    )
+  times = []
+  for c in range(calls):
+    t0 = time.perf_counter()
+    server.step(early=False)  # returns once the call's tokens are on host
+    times.append(time.perf_counter() - t0)
+    print(
+        f"call {c + 1}/{calls}: {times[-1] * 1e3:.1f} ms,"
+        f" {slots * n / times[-1]:,.0f} tok/s",
+        file=sys.stderr,
+        flush=True,
+    )
+  assert server.live == slots, "a row ended during the timed calls"
+  step = float(np.median(times)) / n
+  weights = tree_bytes(server.params) - tree_bytes(
+      server.params.get("embedder", {})
+  )
+  cache = tree_bytes(server.state["cache"])
+  minimum = weights + cache
+  return {
+      "params_gib": f"{tree_bytes(server.params) / GIB:.2f}",
+      "cache_gib": f"{cache / GIB:.2f}",
+      "slots": slots,
+      "steps_per_call": n,
+      "tok_s": f"{slots / step:.1f}",
+      "step_ms": f"{step * 1e3:.3f}",
+      "min_bytes_per_step_mib": f"{minimum / 2**20:.1f}",
+      "achieved_gbs": f"{minimum / step / 1e9:.1f}",
+      "_achieved": minimum / step,
+  }
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--config", default="configs/gemma3_tpu.py:4b")
+  parser.add_argument(
+      "--slots", type=int, default=0,
+      help="slots (0: sampling.slots over the config's batch shards)",
+  )  # fmt: skip
+  parser.add_argument(
+      "--prompt", type=int, default=0,
+      help="prompt tokens a slot (0: half of max_len)",
+  )  # fmt: skip
+  parser.add_argument("--calls", type=int, default=8)
+  parser.add_argument(
+      "--decode_steps", type=int, default=0,
+      help="steps a generate call (0: sampling.decode_steps)",
+  )  # fmt: skip
+  parser.add_argument("--layers", type=int, default=0, help="0: the config's")
+  parser.add_argument(
+      "--max_len", type=int, default=0, help="cache length (0: the config's)"
+  )
+  parser.add_argument(
+      "--copy_gib", type=float, default=1.0,
+      help="the bandwidth probe's buffer",
+  )  # fmt: skip
+  args = parser.parse_args(argv)
+  config = config_lib.load_file(args.config, _ROOT)
+  if args.layers:
+    config.model.num_layers = args.layers
+  if args.max_len:
+    config.model.max_len = args.max_len
+  slots = args.slots or max(
+      config.sampling.slots // batch_shards(config.mesh), 1
+  )
+  prompt = args.prompt or config.model.max_len // 2
+  device = jax.devices()[0]
+  print(
+      f"{args.config} on {device.device_kind}: {slots} slots x"
+      f" {config.model.max_len} cache, {config.model.num_layers} layers",
+      file=sys.stderr,
+      flush=True,
+  )
+  bandwidth = copy_bandwidth(args.copy_gib)
+  figures = run(config, slots, prompt, args.calls, args.decode_steps)
+  achieved = figures.pop("_achieved")
+  figures["copy_gbs"] = f"{bandwidth / 1e9:.1f}"
+  figures["roofline_frac"] = f"{achieved / bandwidth:.3f}"
+  kind = device.device_kind.replace(" ", "_")
+  print(" ".join([f"device={kind}"] + [f"{k}={v}" for k, v in figures.items()]))
+
+
+if __name__ == "__main__":
+  main()
