@@ -261,8 +261,8 @@ def called_ratio_pairs(programs: Sequence[Program]) -> dict[str, str]:
   server calls (`<role>_hbm_ratio_max`): the one on every slot and each
   gathered count's, in place when the engine runs gathered calls so (the
   taken rows' programs on the whole cache are then compiled beside them
-  for comparison only), else on taken rows. The issue's 1.3 target is
-  held to this."""
+  for comparison only), else on taken rows: the figure the decode
+  roofline's target (`hbm_ratio` <= 1.3, docs/scale.md) is held to."""
   pairs = {}
   for role in sorted({p.name.split()[0] for p in programs}):
     generate = [
