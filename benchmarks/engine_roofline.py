@@ -6,7 +6,9 @@ r"""The slot engine's decode against the memory roofline, on one device.
 Builds a config's slot engine (`spade.sampling.slot_engine`, as the loop
 builds it, one device, no mesh) with random weights at the config's shapes
 (nothing is downloaded), fills every slot with a prompt and times its
-`generate` calls with every slot live. The default slot count is one chip's
+`generate` calls with every slot live (each timed call is one
+`SlotServer.step`: the host's bookkeeping and the tokens' copy to the host
+count, as in a rollout). The default slot count is one chip's
 share of a pod config's (`sampling.slots` over its batch shards,
 `mesh.data` x `mesh.fsdp`, data -1 counted as 1), each slot a
 `model.max_len` cache; the weights are the whole model's, as one GPU holds
@@ -97,8 +99,9 @@ def build(config, slots: int, decode_steps: int):
 
 
 def run(config, slots: int, prompt: int, calls: int, decode_steps: int = 0):
-  """(figures dict) for `calls` timed generate calls with every slot
-  live, after one untimed call that compiles them."""
+  """What `calls` timed generate calls with every slot live measure (a
+  step's median seconds) and what a step must read, after the calls that
+  fill the slots and compile the programs."""
   engine, params = build(config, slots, decode_steps)
   n = engine.decode_steps
   if prompt >= engine.cache_length:
@@ -136,22 +139,38 @@ def run(config, slots: int, prompt: int, calls: int, decode_steps: int = 0):
         flush=True,
     )
   assert server.live == slots, "a row ended during the timed calls"
-  step = float(np.median(times)) / n
-  weights = tree_bytes(server.params) - tree_bytes(
-      server.params.get("embedder", {})
-  )
-  cache = tree_bytes(server.state["cache"])
-  minimum = weights + cache
   return {
-      "params_gib": f"{tree_bytes(server.params) / GIB:.2f}",
-      "cache_gib": f"{cache / GIB:.2f}",
+      "params_bytes": tree_bytes(server.params),
+      "cache_bytes": tree_bytes(server.state["cache"]),
+      # What a step must read: every weight but the lookup table, once,
+      # and every slot's cache, once.
+      "min_bytes_per_step": (
+          tree_bytes(server.params)
+          - tree_bytes(server.params.get("embedder", {}))
+          + tree_bytes(server.state["cache"])
+      ),
       "slots": slots,
       "steps_per_call": n,
-      "tok_s": f"{slots / step:.1f}",
-      "step_ms": f"{step * 1e3:.3f}",
-      "min_bytes_per_step_mib": f"{minimum / 2**20:.1f}",
-      "achieved_gbs": f"{minimum / step / 1e9:.1f}",
-      "_achieved": minimum / step,
+      "step_s": float(np.median(times)) / n,
+  }
+
+
+def figures(measured: dict, bandwidth: float) -> dict[str, str]:
+  """The printed figures of `run`'s measurements, against `bandwidth`
+  (bytes a second)."""
+  step = measured["step_s"]
+  achieved = measured["min_bytes_per_step"] / step
+  return {
+      "params_gib": f"{measured['params_bytes'] / GIB:.2f}",
+      "cache_gib": f"{measured['cache_bytes'] / GIB:.2f}",
+      "slots": str(measured["slots"]),
+      "steps_per_call": str(measured["steps_per_call"]),
+      "tok_s": f"{measured['slots'] / step:.1f}",
+      "step_ms": f"{step * 1e3:.4g}",
+      "min_bytes_per_step_mib": f"{measured['min_bytes_per_step'] / 2**20:.2f}",
+      "copy_gbs": f"{bandwidth / 1e9:.1f}",
+      "achieved_gbs": f"{achieved / 1e9:.2f}",
+      "roofline_frac": f"{achieved / bandwidth:.3f}",
   }
 
 
@@ -197,12 +216,10 @@ def main(argv=None) -> None:
       flush=True,
   )
   bandwidth = copy_bandwidth(args.copy_gib)
-  figures = run(config, slots, prompt, args.calls, args.decode_steps)
-  achieved = figures.pop("_achieved")
-  figures["copy_gbs"] = f"{bandwidth / 1e9:.1f}"
-  figures["roofline_frac"] = f"{achieved / bandwidth:.3f}"
+  measured = run(config, slots, prompt, args.calls, args.decode_steps)
   kind = device.device_kind.replace(" ", "_")
-  print(" ".join([f"device={kind}"] + [f"{k}={v}" for k, v in figures.items()]))
+  pairs = {"device": kind, **figures(measured, bandwidth)}
+  print(" ".join(f"{k}={v}" for k, v in pairs.items()))
 
 
 if __name__ == "__main__":
