@@ -59,12 +59,6 @@ _INTERPRET = pltpu.InterpretParams(
 )
 
 
-def _names(axes) -> tuple[str, ...]:
-  if axes is None:
-    return ()
-  return (axes,) if isinstance(axes, str) else tuple(axes)
-
-
 def fused(cfg: architecture.ModelConfig, x) -> bool:
   """Whether the MLP of a one-token step on x [rows, 1, embed] can run as
   the kernel under the trace's mesh and rules (`layers.MLP` runs it where
@@ -78,16 +72,16 @@ def fused(cfg: architecture.ModelConfig, x) -> bool:
   if cfg.decode_mlp_kernel == "pallas":
     if getattr(mesh.abstract_device, "platform", None) != "tpu":
       return False
-  width = _names(mesh_fit.mesh_axes("decode_residual"))
-  hidden = _names(mesh_fit.mesh_axes("decode_mlp"))
-  summed = _names(mesh_fit.mesh_axes("decode_down"))
+  width = mesh_fit.axis_names(mesh_fit.mesh_axes("decode_residual"))
+  hidden = mesh_fit.axis_names(mesh_fit.mesh_axes("decode_mlp"))
+  summed = mesh_fit.axis_names(mesh_fit.mesh_axes("decode_down"))
   # Down's rows are the hidden this chip's peers along the width's axis
   # hold (its hidden split over `summed`, then that axis), its columns the
   # width where the residual keeps it.
   if (
       len(width) != 1
       or hidden != summed + width
-      or _names(mesh_fit.mesh_axes("decode_embed")) != width
+      or mesh_fit.axis_names(mesh_fit.mesh_axes("decode_embed")) != width
       or cfg.kernel_layout != "in_out"
   ):
     return False
@@ -195,10 +189,11 @@ def mlp(cfg: architecture.ModelConfig, x, gate, up, down):
   Each chip's partial sums (its hidden's share) are rounded to `cfg.dtype`
   and summed over "decode_down", as XLA sums `layers.Linear`'s."""
   mesh = jax.sharding.get_abstract_mesh()
-  (axis,) = _names(mesh_fit.mesh_axes("decode_residual"))
+  (axis,) = mesh_fit.axis_names(mesh_fit.mesh_axes("decode_residual"))
   rows = mesh_fit.mesh_axes("decode_batch")
   hidden = mesh_fit.mesh_axes("decode_mlp")
-  summed = _names(mesh_fit.mesh_axes("decode_down"))
+  down_rows = mesh_fit.mesh_axes("decode_down")
+  summed = mesh_fit.axis_names(down_rows)
   dtype = jnp.dtype(cfg.dtype)
   interpret = cfg.decode_mlp_kernel == "interpret"
 
@@ -234,12 +229,7 @@ def mlp(cfg: architecture.ModelConfig, x, gate, up, down):
   return jax.shard_map(
       local,
       mesh=mesh,
-      in_specs=(
-          P(rows, axis),
-          w,
-          w,
-          P(mesh_fit.mesh_axes("decode_down"), axis),
-      ),
+      in_specs=(P(rows, axis), w, w, P(down_rows, axis)),
       out_specs=P(rows, axis),
       check_vma=False,
   )(*(a.astype(dtype) for a in (x, gate, up, down)))

@@ -87,14 +87,7 @@ def row_shards(name: str = "batch") -> int:
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:
     return 1
-  axes = mesh_fit.mesh_axes(name)
-  if axes is None:
-    return 1
-  axes = (axes,) if isinstance(axes, str) else tuple(axes)
-  shards = 1
-  for a in axes:
-    shards *= int(mesh.shape[a])
-  return shards
+  return mesh_fit.split_ways(mesh, mesh_fit.mesh_axes(name))
 
 
 def _by_shard(x: Array, axis: int, shards: int, name: str | None) -> Array:

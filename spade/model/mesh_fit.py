@@ -18,13 +18,18 @@ def mesh_axes(name: str):
   return nn.logical_to_mesh_axes((name,), nn.get_logical_axis_rules())[0]
 
 
+def axis_names(entry) -> tuple[str, ...]:
+  """One `PartitionSpec` entry (None, a mesh axis or a sequence of them) as
+  a tuple of mesh axis names (None: none)."""
+  if entry is None:
+    return ()
+  return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
 def split_ways(mesh, entry) -> int:
   """How many pieces one `PartitionSpec` entry (None, a mesh axis or a
   tuple of them) cuts a dimension into on `mesh`."""
-  if entry is None:
-    return 1
-  names = entry if isinstance(entry, tuple) else (entry,)
-  return int(np.prod([mesh.shape[n] for n in names]))
+  return int(np.prod([mesh.shape[n] for n in axis_names(entry)]))
 
 
 def divides(mesh, shape, spec) -> list[bool]:

@@ -507,7 +507,7 @@ class SlotEngine:
     ).spec
     rows, axes = (tuple(spec) + (None, None))[:2]
     n = mesh_fit.split_ways(self.mesh, axes)
-    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    axes = mesh_fit.axis_names(axes)
     k = 1 if self.temperature == 0 else self.top_k
     if n <= 1 or vocab % n or not 0 < k <= vocab // n:
       return None

@@ -45,6 +45,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from spade.model import mesh_fit
 from spade.model import sharding
 from spade.model import transformer
 from spade.train import lora
@@ -83,9 +84,7 @@ def batch_axes(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   """Mesh axes the batch dimension is split over (the "batch" rule)."""
   for name, axes in _rules(config):
     if name == "batch":
-      if axes is None:
-        return ()
-      return (axes,) if isinstance(axes, str) else tuple(axes)
+      return mesh_fit.axis_names(axes)
   return ()
 
 
