@@ -3,7 +3,7 @@ r"""The slot engine's decode against the memory roofline, on one device.
   python benchmarks/engine_roofline.py --config=configs/gemma3_tpu.py:4b
   python benchmarks/engine_roofline.py --config=configs/tiny.py --calls=4
 
-Builds a config's slot engine (`spade.sampling.slot_engine`, as the loop
+Builds a config's slot engine (`spade.compile.slot_engine`, as the loop
 builds it, one device, no mesh) with random weights at the config's shapes
 (nothing is downloaded), fills every slot with a prompt and times its
 `generate` calls with every slot live (each timed call is one
@@ -42,9 +42,9 @@ import numpy as np
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
+from spade import compile as compile_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from spade import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from spade.model import transformer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from spade.sampling import slot_engine  # pylint: disable=g-import-not-at-top,wrong-import-position
 from spade.sampling import slot_server  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 GIB = 2**30
@@ -77,22 +77,15 @@ def batch_shards(mesh) -> int:
 def build(config, slots: int, decode_steps: int):
   """The agent's slot engine (no stop ids: every row runs every step) and
   random parameters at the config's shapes."""
-  fns = transformer.sampling_fns(config.model, transformer.Role.AGENT)
-  options = config_lib.slot_engine_options(config.sampling)
-  options["decode_steps"] = decode_steps or options["decode_steps"]
-  engine = slot_engine.SlotEngine(
-      fns.tokens_to_logits,
-      fns.init_cache,
-      fns.prepare_params,
-      pad_id=0,
+  engine = compile_lib.slot_engine(
+      config,
+      None,
+      None,
+      "agent",
       stop_ids=(),
       slots=slots,
-      cache_length=config.model.max_len,
       prefill_rows=min(config.sampling.prefill_rows, slots),
-      **options,
-      temperature=config.agent.temperature,
-      top_k=config.agent.top_k,
-      top_p=config.agent.top_p,
+      decode_steps=decode_steps or config.sampling.decode_steps,
   )
   params = transformer.init_params(config.model, jax.random.key(0))
   return engine, params

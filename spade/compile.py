@@ -703,17 +703,16 @@ class _Captured(Exception):
   """Raised by a stand-in program once it has its arguments."""
 
 
-def slot_engine(config, mesh, rules, role: str):
+def slot_engine(config, mesh, rules, role: str, **overrides):
   """The role's slot engine as the loop builds it
-  (`spade.selfplay.engine.Engine.slot_engine`)."""
-  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  (`spade.selfplay.engine.Engine.slot_engine`); without a mesh, on one
+  device. `overrides`: `SlotEngine` arguments set otherwise (the roofline
+  benchmark's slot count, no stop ids)."""
+  shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
   c = config
   section = c.designer if role == "designer" else c.agent
   fns = transformer.sampling_fns(c.model, transformer.Role.of(role))
-  return slot_engine_lib.SlotEngine(
-      fns.tokens_to_logits,
-      fns.init_cache,
-      fns.prepare_params,
+  options = dict(
       pad_id=0,
       stop_ids=(1,),
       slots=shapes_lib.round_up(c.sampling.slots, shards),
@@ -725,6 +724,10 @@ def slot_engine(config, mesh, rules, role: str):
       top_p=section.top_p,
       mesh=mesh,
       rules=rules,
+  )
+  options.update(overrides)
+  return slot_engine_lib.SlotEngine(
+      fns.tokens_to_logits, fns.init_cache, fns.prepare_params, **options
   )
 
 
